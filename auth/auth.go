@@ -1,0 +1,348 @@
+// Package auth decides who is calling (PRIVATE-TOKEN, Bearer, Basic,
+// Deploy-Token) and what they may do (access levels, scopes, licence and
+// feature gates). The admin and proxy listeners both use it; it knows no HTTP
+// library: listeners hand it the credentials they read.
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+
+	"registryd/config"
+	"registryd/store"
+)
+
+// Kind says what sort of credential authenticated a principal.
+type Kind uint8
+
+// Principal kinds.
+const (
+	Anonymous Kind = iota
+	PersonalToken
+	DeployToken
+)
+
+// Principal is an authenticated caller.
+type Principal struct {
+	Kind   Kind
+	User   store.User        // for PersonalToken
+	Token  store.Token       // for PersonalToken
+	Deploy store.DeployToken // for DeployToken
+	// expires is when the credential stops being good (zero: never).
+	expires time.Time
+}
+
+// Authenticated reports whether any credential was accepted.
+func (p Principal) Authenticated() bool { return p.Kind != Anonymous }
+
+// IsAdmin reports whether the caller is an instance administrator.
+func (p Principal) IsAdmin() bool { return p.Kind == PersonalToken && p.User.Admin }
+
+// UserID is the caller's user id, or 0 when not a user.
+func (p Principal) UserID() int64 {
+	if p.Kind == PersonalToken {
+		return p.User.ID
+	}
+	return 0
+}
+
+// HasScope reports whether the credential carries any of scopes.
+func (p Principal) HasScope(scopes ...string) bool {
+	var have []string
+	switch p.Kind {
+	case PersonalToken:
+		have = p.Token.Scopes
+	case DeployToken:
+		have = p.Deploy.Scopes
+	}
+	for _, s := range scopes {
+		if slices.Contains(have, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Credentials are what a request presented, read by the listener.
+type Credentials struct {
+	PrivateToken string // PRIVATE-TOKEN header or private_token query parameter
+	Bearer       string // Authorization: Bearer
+	DeployToken  string // Deploy-Token header
+	BasicUser    string // Authorization: Basic
+	BasicPass    string
+	HasBasic     bool
+}
+
+// Empty reports whether no credential was presented.
+func (c Credentials) Empty() bool {
+	return c.PrivateToken == "" && c.Bearer == "" && c.DeployToken == "" && !c.HasBasic
+}
+
+// ParseAuthorization fills Bearer or Basic from an Authorization header value.
+func (c *Credentials) ParseAuthorization(h string) {
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok {
+		return
+	}
+	rest = strings.TrimSpace(rest)
+	switch strings.ToLower(scheme) {
+	case "bearer":
+		c.Bearer = rest
+	case "basic":
+		raw, err := base64.StdEncoding.DecodeString(rest)
+		if err != nil {
+			return
+		}
+		u, p, ok := strings.Cut(string(raw), ":")
+		if !ok {
+			return
+		}
+		c.BasicUser, c.BasicPass, c.HasBasic = u, p, true
+	}
+}
+
+// ErrUnauthorized means credentials were presented but are not good: unknown,
+// revoked, expired, or not of a kind the surface accepts.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// Service authenticates and authorizes against the store, caching decisions
+// briefly. Any change to users, tokens or memberships empties the caches.
+type Service struct {
+	st  *store.Store
+	now func() time.Time
+	cfg config.Config
+
+	principals *expirable.LRU[string, principalEntry]
+	levels     *expirable.LRU[levelKey, levelEntry]
+}
+
+type principalEntry struct {
+	gen uint64
+	p   Principal
+	err error
+}
+
+type levelKey struct {
+	kind    byte // 'g' group level, 'p' project level, 'u' membership under a top-level group
+	user    int64
+	subject int64
+}
+
+type levelEntry struct {
+	gen   uint64
+	level int
+}
+
+// New returns a Service. now may be nil for time.Now.
+func New(st *store.Store, cfg config.Config, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{
+		st: st, now: now, cfg: cfg,
+		principals: expirable.NewLRU[string, principalEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
+		levels:     expirable.NewLRU[levelKey, levelEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
+	}
+}
+
+// Surface says which credentials an endpoint family accepts.
+type Surface uint8
+
+// Surfaces.
+const (
+	// API is the REST API: personal access tokens only; deploy tokens are refused.
+	API Surface = iota
+	// Download is the virtual registry download path: personal and deploy tokens.
+	Download
+)
+
+// Authenticate returns the principal for c. No credentials is the anonymous
+// principal and no error; bad credentials are ErrUnauthorized.
+func (s *Service) Authenticate(c Credentials, surface Surface) (Principal, error) {
+	if c.Empty() {
+		return Principal{}, nil
+	}
+	var token, basicUser, kindHint string
+	switch {
+	case c.PrivateToken != "":
+		token, kindHint = c.PrivateToken, "pat"
+	case c.Bearer != "":
+		token, kindHint = c.Bearer, "pat"
+	case c.DeployToken != "":
+		token, kindHint = c.DeployToken, "deploy"
+	default:
+		token, basicUser, kindHint = c.BasicPass, c.BasicUser, "basic"
+	}
+	if token == "" {
+		return Principal{}, ErrUnauthorized
+	}
+	p, err := s.lookup(token, basicUser, kindHint)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !p.expires.IsZero() && !s.now().Before(p.expires) {
+		return Principal{}, ErrUnauthorized
+	}
+	if p.Kind == DeployToken && surface != Download {
+		return Principal{}, ErrUnauthorized
+	}
+	return p, nil
+}
+
+func (s *Service) lookup(token, basicUser, kindHint string) (Principal, error) {
+	sum := sha256.Sum256([]byte(token))
+	key := kindHint + "\x00" + basicUser + "\x00" + string(sum[:])
+	gen := s.st.AuthGeneration()
+	if e, ok := s.principals.Get(key); ok && e.gen == gen {
+		return e.p, e.err
+	}
+	p, err := s.resolve(sum[:], basicUser, kindHint)
+	if err != nil && !errors.Is(err, ErrUnauthorized) {
+		return p, err // a store failure is not cached
+	}
+	s.principals.Add(key, principalEntry{gen: gen, p: p, err: err})
+	return p, err
+}
+
+func (s *Service) resolve(hash []byte, basicUser, kindHint string) (Principal, error) {
+	now := s.now()
+	if kindHint != "deploy" {
+		t, u, err := s.st.TokenByHash(hash)
+		switch {
+		case err == nil:
+			if !t.Active(now) || u.State != "active" {
+				return Principal{}, ErrUnauthorized
+			}
+			if kindHint == "basic" && !strings.EqualFold(basicUser, u.Username) {
+				return Principal{}, ErrUnauthorized
+			}
+			p := Principal{Kind: PersonalToken, User: u, Token: t}
+			if t.ExpiresAt != nil {
+				p.expires = *t.ExpiresAt
+			}
+			return p, nil
+		case !errors.Is(err, store.ErrNotFound):
+			return Principal{}, err
+		}
+	}
+	if kindHint == "pat" {
+		return Principal{}, ErrUnauthorized
+	}
+	d, err := s.st.DeployTokenByHash(hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Principal{}, ErrUnauthorized
+	case err != nil:
+		return Principal{}, err
+	}
+	if !d.Active(now) || (kindHint == "basic" && basicUser != d.Username) {
+		return Principal{}, ErrUnauthorized
+	}
+	p := Principal{Kind: DeployToken, Deploy: d}
+	if d.ExpiresAt != nil {
+		p.expires = *d.ExpiresAt
+	}
+	return p, nil
+}
+
+func (s *Service) level(kind byte, user, subject int64, compute func() int) int {
+	k := levelKey{kind, user, subject}
+	gen := s.st.AuthGeneration()
+	if e, ok := s.levels.Get(k); ok && e.gen == gen {
+		return e.level
+	}
+	l := compute()
+	s.levels.Add(k, levelEntry{gen: gen, level: l})
+	return l
+}
+
+// GroupLevel is the caller's effective access level in a group.
+func (s *Service) GroupLevel(p Principal, group int64) int {
+	if p.Kind != PersonalToken {
+		return store.NoAccess
+	}
+	if p.IsAdmin() {
+		return store.Owner
+	}
+	return s.level('g', p.User.ID, group, func() int { return s.st.GroupAccessLevel(group, p.User.ID) })
+}
+
+// ProjectLevel is the caller's effective access level in a project.
+func (s *Service) ProjectLevel(p Principal, project int64) int {
+	if p.Kind != PersonalToken {
+		return store.NoAccess
+	}
+	if p.IsAdmin() {
+		return store.Owner
+	}
+	return s.level('p', p.User.ID, project, func() int { return s.st.ProjectAccessLevel(project, p.User.ID) })
+}
+
+// CanReadRegistries reports whether the caller may read the virtual
+// registries of top-level group top: admins, guests and above of the group,
+// members of any subgroup or project in it, and the group's deploy tokens with
+// scope read_virtual_registry.
+func (s *Service) CanReadRegistries(p Principal, top int64) bool {
+	switch p.Kind {
+	case DeployToken:
+		return p.Deploy.GroupID == top && p.HasScope(store.ScopeReadVirtualRegistry)
+	case PersonalToken:
+		if s.GroupLevel(p, top) >= store.Guest {
+			return true
+		}
+		return s.level('u', p.User.ID, top, func() int {
+			if s.st.HasMembershipUnder(top, p.User.ID) {
+				return store.Guest
+			}
+			return store.NoAccess
+		}) >= store.Guest
+	}
+	return false
+}
+
+// CanManageRegistries reports whether the caller may create, change and
+// delete virtual registries, upstreams and cache of top-level group top.
+func (s *Service) CanManageRegistries(p Principal, top int64) bool {
+	return s.GroupLevel(p, top) >= store.Maintainer
+}
+
+// CanSeeProject reports whether the project exists for the caller at all:
+// public projects for everyone, internal ones for any signed-in user, private
+// ones for members and admins.
+func (s *Service) CanSeeProject(p Principal, pr store.Project) bool {
+	switch {
+	case pr.Visibility == store.Public:
+		return true
+	case pr.Visibility == store.Internal && p.Kind == PersonalToken:
+		return true
+	}
+	return s.ProjectLevel(p, pr.ID) >= store.Guest
+}
+
+// VirtualRegistryEnabled reports whether the licence and the feature flag
+// allow the virtual registry.
+func (s *Service) VirtualRegistryEnabled() bool {
+	return s.cfg.Features.VirtualRegistry && s.cfg.License.Plan.AtLeast(config.PlanPremium)
+}
+
+// DependencyListEnabled reports whether the licence allows the dependency list.
+func (s *Service) DependencyListEnabled() bool {
+	return s.cfg.License.Plan.AtLeast(config.PlanUltimate)
+}
+
+// NewTokenValue returns a fresh random token value with the given prefix
+// ("rdpat-" for personal, "rddt-" for deploy tokens).
+func NewTokenValue(prefix string) string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic("auth: no randomness: " + err.Error())
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}

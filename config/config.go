@@ -1,0 +1,372 @@
+// Package config holds registryd's one configuration struct: embedded defaults,
+// an optional YAML file, REGISTRYD_<SECTION>_<KEY> environment overrides, and a
+// Validate that reports every problem at once.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Plan is the licence tier registryd behaves as.
+type Plan string
+
+// The licence tiers, lowest first.
+const (
+	PlanFree     Plan = "free"
+	PlanPremium  Plan = "premium"
+	PlanUltimate Plan = "ultimate"
+)
+
+// AtLeast reports whether p is the tier min or a higher one.
+func (p Plan) AtLeast(min Plan) bool { return p.rank() >= min.rank() }
+
+func (p Plan) rank() int {
+	switch p {
+	case PlanFree:
+		return 1
+	case PlanPremium:
+		return 2
+	case PlanUltimate:
+		return 3
+	}
+	return 0
+}
+
+// Config is the whole configuration. Every field's default is in Default().
+type Config struct {
+	Data      Data      `yaml:"data"`
+	Proxy     Proxy     `yaml:"proxy"`
+	Admin     Admin     `yaml:"admin"`
+	External  External  `yaml:"external"`
+	Upstreams Upstreams `yaml:"upstreams"`
+	License   License   `yaml:"license"`
+	Features  Features  `yaml:"features"`
+	Root      Root      `yaml:"root"`
+	Secrets   Secrets   `yaml:"secrets"`
+	Gateway   Gateway   `yaml:"gateway"`
+	Auth      Auth      `yaml:"auth"`
+	Cache     Cache     `yaml:"cache"`
+	Shutdown  Shutdown  `yaml:"shutdown"`
+	Log       Log       `yaml:"log"`
+}
+
+// Data says where registryd keeps its state.
+type Data struct {
+	// Dir holds registry.db, blobs/, tmp/, secrets.key. Default "./data".
+	Dir string `yaml:"dir"`
+}
+
+// Proxy is the download listener (fasthttp).
+type Proxy struct {
+	// Listen is the proxy listener address. Default ":8080".
+	Listen string `yaml:"listen"`
+	// ReadTimeout bounds reading one request, headers and body. Default 60s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response; large artifacts need room. Default 30m.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes idle keep-alive connections. Default 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps the request header size. Default 16KiB.
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// Concurrency caps connections served at once. Default 4096.
+	Concurrency int `yaml:"concurrency"`
+	// MaxUploadBytes caps a gateway upload body. Default 5GiB.
+	MaxUploadBytes ByteSize `yaml:"max_upload_bytes"`
+}
+
+// Admin is the management listener (net/http).
+type Admin struct {
+	// Listen is the admin listener address. Default "127.0.0.1:8081".
+	Listen string `yaml:"listen"`
+	// MaxBodyBytes caps request bodies of the REST API; larger ones get 413. Default 4MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// MaxSBOMBytes caps a dependency SBOM upload. Default 64MiB.
+	MaxSBOMBytes ByteSize `yaml:"max_sbom_bytes"`
+	// ReadTimeout bounds reading one request. Default 60s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response. Default 60s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// PprofListen, when set, serves net/http/pprof there (keep it on loopback). Default "" (off).
+	PprofListen string `yaml:"pprof_listen"`
+}
+
+// External is how clients reach registryd.
+type External struct {
+	// URL is the base for web_url and pagination links. Default "http://localhost:8081".
+	URL string `yaml:"url"`
+}
+
+// Upstreams governs how registryd talks to upstream repositories.
+type Upstreams struct {
+	// AllowLocalNetwork permits upstream URLs on loopback, private and link-local
+	// addresses. Default false.
+	AllowLocalNetwork bool `yaml:"allow_local_network"`
+	// ConnectTimeout bounds dialing an upstream. Default 10s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// HeaderTimeout bounds waiting for an upstream's response headers. Default 10s.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// CheckTimeout bounds a revalidation or a connection test. Default 5s.
+	CheckTimeout time.Duration `yaml:"check_timeout"`
+	// FillTimeout bounds one whole upstream fetch into the cache. Default 30m.
+	FillTimeout time.Duration `yaml:"fill_timeout"`
+	// MaxRedirects is how many redirects an upstream request follows. Default 5.
+	MaxRedirects int `yaml:"max_redirects"`
+}
+
+// License is the tier registryd behaves as.
+type License struct {
+	// Plan is free, premium or ultimate. Default "ultimate".
+	Plan Plan `yaml:"plan"`
+}
+
+// Features switches whole features on and off.
+type Features struct {
+	// VirtualRegistry enables the Maven virtual registry. Default true.
+	VirtualRegistry bool `yaml:"virtual_registry"`
+}
+
+// Root configures the admin user created on first start.
+type Root struct {
+	// Token, when set, is root's first personal access token; otherwise a random
+	// one is written to DATA_DIR/initial_root_token. Default "".
+	Token string `yaml:"token"`
+}
+
+// Secrets configures encryption of upstream passwords at rest.
+type Secrets struct {
+	// Key is a base64 or hex encoded 32-byte AES key. Default "": DATA_DIR/secrets.key,
+	// created on first start.
+	Key string `yaml:"key"`
+}
+
+// Gateway configures the proof a gateway upload must carry.
+type Gateway struct {
+	// Secret signs Svc-Gateway-Api-Request JWTs (HS256). Default "": DATA_DIR/gateway.secret,
+	// created on first start.
+	Secret string `yaml:"secret"`
+}
+
+// Auth tunes authentication.
+type Auth struct {
+	// CacheTTL is how long a token or permission decision is cached. Default 60s.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// CacheSize is how many decisions are cached. Default 10000.
+	CacheSize int `yaml:"cache_size"`
+}
+
+// Cache tunes the artifact cache.
+type Cache struct {
+	// MaxFileBytes refuses to cache larger files. Default 5GiB.
+	MaxFileBytes ByteSize `yaml:"max_file_bytes"`
+	// CollectInterval is how often the collector removes entries pending destruction. Default 2s.
+	CollectInterval time.Duration `yaml:"collect_interval"`
+	// FlushInterval is how often download counters are written. Default 1s.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+}
+
+// Shutdown bounds a graceful stop.
+type Shutdown struct {
+	// Timeout is how long in-flight requests may drain. Default 30s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `yaml:"level"`
+	// Format is text or json. Default "text".
+	Format string `yaml:"format"`
+}
+
+// Default returns the embedded defaults.
+func Default() Config {
+	return Config{
+		Data: Data{Dir: "./data"},
+		Proxy: Proxy{
+			Listen:         ":8080",
+			ReadTimeout:    60 * time.Second,
+			WriteTimeout:   30 * time.Minute,
+			IdleTimeout:    120 * time.Second,
+			MaxHeaderBytes: 16 * KiB,
+			Concurrency:    4096,
+			MaxUploadBytes: 5 * GiB,
+		},
+		Admin: Admin{
+			Listen:       "127.0.0.1:8081",
+			MaxBodyBytes: 4 * MiB,
+			MaxSBOMBytes: 64 * MiB,
+			ReadTimeout:  60 * time.Second,
+			WriteTimeout: 60 * time.Second,
+		},
+		External: External{URL: "http://localhost:8081"},
+		Upstreams: Upstreams{
+			ConnectTimeout: 10 * time.Second,
+			HeaderTimeout:  10 * time.Second,
+			CheckTimeout:   5 * time.Second,
+			FillTimeout:    30 * time.Minute,
+			MaxRedirects:   5,
+		},
+		License:  License{Plan: PlanUltimate},
+		Features: Features{VirtualRegistry: true},
+		Auth:     Auth{CacheTTL: 60 * time.Second, CacheSize: 10000},
+		Cache: Cache{
+			MaxFileBytes:    5 * GiB,
+			CollectInterval: 2 * time.Second,
+			FlushInterval:   time.Second,
+		},
+		Shutdown: Shutdown{Timeout: 30 * time.Second},
+		Log:      Log{Level: "info", Format: "text"},
+	}
+}
+
+// Load returns the defaults, overlaid by the YAML file at path (when path is not
+// empty), overlaid by REGISTRYD_* variables from environ, and validated.
+func Load(path string, environ []string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		dec.KnownFields(true)
+		// An empty file is no settings, not an error.
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("config: %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, environ); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Problems lists every validation failure of a Config.
+type Problems []string
+
+func (p Problems) Error() string {
+	return "invalid configuration:\n  - " + strings.Join(p, "\n  - ")
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var p Problems
+	add := func(format string, a ...any) { p = append(p, fmt.Sprintf(format, a...)) }
+
+	if strings.TrimSpace(c.Data.Dir) == "" {
+		add("data.dir (REGISTRYD_DATA_DIR) must not be empty")
+	}
+	for _, l := range []struct{ name, addr string }{
+		{"proxy.listen (REGISTRYD_PROXY_LISTEN)", c.Proxy.Listen},
+		{"admin.listen (REGISTRYD_ADMIN_LISTEN)", c.Admin.Listen},
+	} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			add("%s: %q is not host:port", l.name, l.addr)
+		}
+	}
+	if c.Admin.PprofListen != "" {
+		if _, _, err := net.SplitHostPort(c.Admin.PprofListen); err != nil {
+			add("admin.pprof_listen (REGISTRYD_ADMIN_PPROF_LISTEN): %q is not host:port", c.Admin.PprofListen)
+		}
+	}
+	if c.Proxy.Listen != "" && c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
+		add("proxy.listen and admin.listen must differ (both %q)", c.Proxy.Listen)
+	}
+	if u, err := url.Parse(c.External.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		add("external.url (REGISTRYD_EXTERNAL_URL): %q must be an absolute http(s) URL", c.External.URL)
+	}
+	if c.License.Plan.rank() == 0 {
+		add("license.plan (REGISTRYD_LICENSE_PLAN): %q must be free, premium or ultimate", c.License.Plan)
+	}
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"proxy.read_timeout", c.Proxy.ReadTimeout},
+		{"proxy.write_timeout", c.Proxy.WriteTimeout},
+		{"proxy.idle_timeout", c.Proxy.IdleTimeout},
+		{"admin.read_timeout", c.Admin.ReadTimeout},
+		{"admin.write_timeout", c.Admin.WriteTimeout},
+		{"upstreams.connect_timeout", c.Upstreams.ConnectTimeout},
+		{"upstreams.header_timeout", c.Upstreams.HeaderTimeout},
+		{"upstreams.check_timeout", c.Upstreams.CheckTimeout},
+		{"upstreams.fill_timeout", c.Upstreams.FillTimeout},
+		{"auth.cache_ttl", c.Auth.CacheTTL},
+		{"cache.collect_interval", c.Cache.CollectInterval},
+		{"cache.flush_interval", c.Cache.FlushInterval},
+		{"shutdown.timeout", c.Shutdown.Timeout},
+	}
+	for _, d := range positive {
+		if d.d <= 0 {
+			add("%s must be a positive duration, got %s", d.name, d.d)
+		}
+	}
+	sizes := []struct {
+		name string
+		v    ByteSize
+	}{
+		{"proxy.max_header_bytes", c.Proxy.MaxHeaderBytes},
+		{"proxy.max_upload_bytes", c.Proxy.MaxUploadBytes},
+		{"admin.max_body_bytes", c.Admin.MaxBodyBytes},
+		{"admin.max_sbom_bytes", c.Admin.MaxSBOMBytes},
+		{"cache.max_file_bytes", c.Cache.MaxFileBytes},
+	}
+	for _, s := range sizes {
+		if s.v <= 0 {
+			add("%s must be a positive size, got %d", s.name, s.v)
+		}
+	}
+	if c.Proxy.Concurrency < 1 {
+		add("proxy.concurrency must be at least 1, got %d", c.Proxy.Concurrency)
+	}
+	if c.Auth.CacheSize < 1 {
+		add("auth.cache_size must be at least 1, got %d", c.Auth.CacheSize)
+	}
+	if c.Upstreams.MaxRedirects < 0 {
+		add("upstreams.max_redirects must not be negative, got %d", c.Upstreams.MaxRedirects)
+	}
+	if c.Root.Token != "" && len(c.Root.Token) < 20 {
+		add("root.token (REGISTRYD_ROOT_TOKEN) must be at least 20 characters")
+	}
+	if c.Secrets.Key != "" {
+		if _, err := DecodeKey(c.Secrets.Key); err != nil {
+			add("secrets.key (REGISTRYD_SECRETS_KEY): %v", err)
+		}
+	}
+	if c.Gateway.Secret != "" && len(c.Gateway.Secret) < 32 {
+		add("gateway.secret (REGISTRYD_GATEWAY_SECRET) must be at least 32 characters")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level (REGISTRYD_LOG_LEVEL): %q must be debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		add("log.format (REGISTRYD_LOG_FORMAT): %q must be text or json", c.Log.Format)
+	}
+	if len(p) > 0 {
+		return p
+	}
+	return nil
+}
+
+// Path joins elem under the data directory.
+func (c Config) Path(elem ...string) string {
+	return filepath.Join(append([]string{c.Data.Dir}, elem...)...)
+}

@@ -1,0 +1,365 @@
+package store
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// CacheEntry is one file cached from one upstream. Its bytes live in the blob
+// store under SHA256.
+type CacheEntry struct {
+	UpstreamID     int64      `json:"upstream_id"`
+	GroupID        int64      `json:"group_id"`
+	RelativePath   string     `json:"relative_path"` // with a leading "/"
+	Size           int64      `json:"size"`
+	MD5            string     `json:"file_md5"`
+	SHA1           string     `json:"file_sha1"`
+	SHA256         string     `json:"file_sha256"`
+	SHA512         string     `json:"file_sha512"`
+	ContentType    string     `json:"content_type"`
+	ETag           string     `json:"upstream_etag,omitempty"`
+	CheckedAt      time.Time  `json:"upstream_checked_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	DownloadsCount int64      `json:"downloads_count"`
+	DownloadedAt   *time.Time `json:"downloaded_at,omitempty"`
+}
+
+// Limits of a cache entry.
+const (
+	MaxRelativePath = 1024
+	MaxETag         = 255
+	MaxContentType  = 255
+)
+
+func refsAdd(tx *bolt.Tx, sha string, delta int64) (int64, error) {
+	b := tx.Bucket(bktBlobRefs)
+	var n int64
+	if v := b.Get([]byte(sha)); v != nil {
+		n = btoi(v)
+	}
+	n += delta
+	if n <= 0 {
+		return 0, b.Delete([]byte(sha))
+	}
+	return n, b.Put([]byte(sha), itob(n))
+}
+
+// PutCacheEntry creates or replaces the entry for (upstream, relative path).
+// A replaced entry keeps its creation time and download count. The blob must
+// already be durable in the blob store.
+func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
+	if e.RelativePath == "" || e.RelativePath[0] != '/' || len(e.RelativePath) > MaxRelativePath {
+		return e, invalid("relative_path", "is invalid")
+	}
+	if len(e.ETag) > MaxETag {
+		e.ETag = ""
+	}
+	if len(e.ContentType) > MaxContentType {
+		e.ContentType = "application/octet-stream"
+	}
+	now := s.clock()
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		var u Upstream
+		if !getJSON(tx.Bucket(bktUpstreams), itob(e.UpstreamID), &u) {
+			return notFound("Upstream")
+		}
+		e.GroupID = u.GroupID
+		b := tx.Bucket(bktCacheEntries)
+		key := cacheKey(e.UpstreamID, e.RelativePath)
+		var old CacheEntry
+		e.CreatedAt, e.UpdatedAt = now, now
+		if getJSON(b, key, &old) {
+			e.CreatedAt = old.CreatedAt
+			e.DownloadsCount += old.DownloadsCount
+			if e.DownloadedAt == nil {
+				e.DownloadedAt = old.DownloadedAt
+			}
+			if _, err := refsAdd(tx, old.SHA256, -1); err != nil {
+				return err
+			}
+		}
+		if _, err := refsAdd(tx, e.SHA256, 1); err != nil {
+			return err
+		}
+		return putJSON(b, key, e)
+	})
+	return e, err
+}
+
+// CacheEntry returns the live entry for (upstream, relative path).
+func (s *Store) CacheEntry(upstream int64, rel string) (CacheEntry, error) {
+	var e CacheEntry
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if !getJSON(tx.Bucket(bktCacheEntries), cacheKey(upstream, rel), &e) {
+			return notFound("Cache entry")
+		}
+		return nil
+	})
+	return e, err
+}
+
+// FirstCacheEntry returns the entry for rel of the first upstream, in the
+// given order, that has one. ok is false when none has.
+func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok bool, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktCacheEntries)
+		for _, id := range upstreams {
+			if getJSON(b, cacheKey(id, rel), &e) {
+				ok = true
+				return nil
+			}
+		}
+		return nil
+	})
+	return e, ok, err
+}
+
+// TouchCacheEntry records a successful revalidation at checkedAt.
+func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time) error {
+	return s.update(false, true, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktCacheEntries)
+		key := cacheKey(upstream, rel)
+		var e CacheEntry
+		if !getJSON(b, key, &e) {
+			return notFound("Cache entry")
+		}
+		e.CheckedAt = checkedAt.UTC().Truncate(time.Millisecond)
+		return putJSON(b, key, e)
+	})
+}
+
+// DownloadCount is a batch of downloads of one entry.
+type DownloadCount struct {
+	UpstreamID int64
+	Rel        string
+	Count      int64
+	Last       time.Time
+}
+
+// AddDownloads adds batched download counts in one transaction. Counts for
+// entries that are gone are dropped.
+func (s *Store) AddDownloads(batch []DownloadCount) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktCacheEntries)
+		for _, d := range batch {
+			key := cacheKey(d.UpstreamID, d.Rel)
+			var e CacheEntry
+			if !getJSON(b, key, &e) {
+				continue
+			}
+			e.DownloadsCount += d.Count
+			last := d.Last.UTC().Truncate(time.Millisecond)
+			if e.DownloadedAt == nil || last.After(*e.DownloadedAt) {
+				e.DownloadedAt = &last
+			}
+			if err := putJSON(b, key, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ListCacheEntries lists an upstream's live entries, newest first, those whose
+// relative path contains search (case-insensitive) when it is not blank. It
+// returns one page and the total count.
+func (s *Store) ListCacheEntries(upstream int64, search string, offset, limit int) ([]CacheEntry, int, error) {
+	var all []CacheEntry
+	needle := strings.ToLower(strings.TrimSpace(search))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
+			return notFound("Upstream")
+		}
+		prefix := itob(upstream)
+		b := tx.Bucket(bktCacheEntries)
+		c := b.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if needle != "" && !strings.Contains(strings.ToLower(string(k[8:])), needle) {
+				continue
+			}
+			var e CacheEntry
+			getJSON(b, k, &e)
+			all = append(all, e)
+		}
+		return nil
+	})
+	slices.SortStableFunc(all, func(a, b CacheEntry) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.RelativePath, b.RelativePath)
+	})
+	total := len(all)
+	if offset > total {
+		offset = total
+	}
+	return all[offset:min(total, offset+limit)], total, err
+}
+
+// --- destruction ---
+
+// pendingEntry is an entry marked for destruction: invisible to lookups and
+// lists, still holding its blob reference until the collector runs.
+type pendingEntry struct {
+	SHA256   string    `json:"sha256"`
+	Size     int64     `json:"size"`
+	MarkedAt time.Time `json:"marked_at"`
+}
+
+func markPendingTx(tx *bolt.Tx, key []byte, e CacheEntry, now time.Time) error {
+	p := tx.Bucket(bktCachePending)
+	seq, err := p.NextSequence()
+	if err != nil {
+		return err
+	}
+	if err := putJSON(p, itob(int64(seq)), pendingEntry{SHA256: e.SHA256, Size: e.Size, MarkedAt: now}); err != nil {
+		return err
+	}
+	return tx.Bucket(bktCacheEntries).Delete(key)
+}
+
+func markUpstreamPendingTx(tx *bolt.Tx, upstream int64, now time.Time) (int, error) {
+	b := tx.Bucket(bktCacheEntries)
+	prefix := itob(upstream)
+	var keys [][]byte
+	var entries []CacheEntry
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		var e CacheEntry
+		getJSON(b, k, &e)
+		keys = append(keys, slices.Clone(k))
+		entries = append(entries, e)
+	}
+	for i, k := range keys {
+		if err := markPendingTx(tx, k, entries[i], now); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
+}
+
+// DeleteCacheEntry marks one entry for destruction.
+func (s *Store) DeleteCacheEntry(upstream int64, rel string) error {
+	return s.update(false, true, func(tx *bolt.Tx) error {
+		key := cacheKey(upstream, rel)
+		var e CacheEntry
+		if !getJSON(tx.Bucket(bktCacheEntries), key, &e) {
+			return notFound("Cache entry")
+		}
+		return markPendingTx(tx, key, e, s.clock())
+	})
+}
+
+// PurgeUpstreamCache marks every entry of the upstream for destruction and
+// returns how many.
+func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
+	n := 0
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
+			return notFound("Upstream")
+		}
+		var err error
+		n, err = markUpstreamPendingTx(tx, upstream, s.clock())
+		return err
+	})
+	return n, err
+}
+
+// PurgeRegistryCache marks every entry of the registry's exclusive upstreams
+// (those in no other registry) for destruction, in one transaction.
+func (s *Store) PurgeRegistryCache(registry int64) (int, error) {
+	n := 0
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		if _, ok := registryTx(tx, registry); !ok {
+			return notFound("Registry")
+		}
+		for _, a := range assocsOfRegistryTx(tx, registry) {
+			if len(childIDs(tx.Bucket(bktUpAssocs), a.UpstreamID)) != 1 {
+				continue
+			}
+			c, err := markUpstreamPendingTx(tx, a.UpstreamID, s.clock())
+			if err != nil {
+				return err
+			}
+			n += c
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Collected is what one collector batch destroyed.
+type Collected struct {
+	Entries int
+	Bytes   int64
+	// Unreferenced lists blobs no entry refers to any more; the caller removes
+	// their files.
+	Unreferenced []string
+}
+
+// CollectPending destroys up to max entries marked for destruction, in one
+// transaction, and reports the blobs that lost their last reference.
+func (s *Store) CollectPending(max int) (Collected, error) {
+	var out Collected
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		p := tx.Bucket(bktCachePending)
+		c := p.Cursor()
+		var keys [][]byte
+		for k, _ := c.First(); k != nil && len(keys) < max; k, _ = c.Next() {
+			keys = append(keys, slices.Clone(k))
+		}
+		for _, k := range keys {
+			var e pendingEntry
+			getJSON(p, k, &e)
+			n, err := refsAdd(tx, e.SHA256, -1)
+			if err != nil {
+				return err
+			}
+			if n == 0 && e.SHA256 != "" {
+				out.Unreferenced = append(out.Unreferenced, e.SHA256)
+			}
+			out.Entries++
+			out.Bytes += e.Size
+			if err := p.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// BlobReferenced reports whether any entry, live or pending, refers to the blob.
+func (s *Store) BlobReferenced(sha256 string) bool {
+	ref := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		ref = tx.Bucket(bktBlobRefs).Get([]byte(sha256)) != nil
+		return nil
+	})
+	return ref
+}
+
+// CacheStats are read at scrape time.
+type CacheStats struct {
+	Entries, Pending, Blobs int
+}
+
+// CacheStats counts entries, pending entries and referenced blobs.
+func (s *Store) CacheStats() CacheStats {
+	var st CacheStats
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		st.Entries = tx.Bucket(bktCacheEntries).Stats().KeyN
+		st.Pending = tx.Bucket(bktCachePending).Stats().KeyN
+		st.Blobs = tx.Bucket(bktBlobRefs).Stats().KeyN
+		return nil
+	})
+	return st
+}

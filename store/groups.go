@@ -1,0 +1,188 @@
+package store
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Visibility levels of groups and projects.
+const (
+	Private  = "private"
+	Internal = "internal"
+	Public   = "public"
+)
+
+func validVisibility(v string) bool { return v == Private || v == Internal || v == Public }
+
+// Group is a namespace of projects and subgroups; top-level groups own
+// virtual registries and upstreams.
+type Group struct {
+	ID          int64     `json:"id"`
+	ParentID    int64     `json:"parent_id,omitempty"`
+	Name        string    `json:"name"`
+	Path        string    `json:"path"`
+	FullPath    string    `json:"full_path"`
+	FullName    string    `json:"full_name"`
+	Description string    `json:"description"`
+	Visibility  string    `json:"visibility"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// TopLevel reports whether the group has no parent.
+func (g Group) TopLevel() bool { return g.ParentID == 0 }
+
+// NewGroup is the input of CreateGroup.
+type NewGroup struct {
+	Name, Path, Description, Visibility string
+	ParentID                            int64
+	// CreatorID, when set, becomes an owner of the new group.
+	CreatorID int64
+}
+
+var pathRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+
+func validPath(v *ValidationError, path string) {
+	switch {
+	case path == "":
+		v.Add("path", "can't be blank")
+	case len(path) > 255:
+		v.Add("path", "is too long (maximum is 255 characters)")
+	case !pathRE.MatchString(path) || strings.HasSuffix(path, ".git") || strings.HasSuffix(path, ".atom") || strings.HasSuffix(path, "."):
+		v.Add("path", "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-', end in '.git' or end in '.atom'")
+	}
+}
+
+func validName(v *ValidationError, name string, max int) {
+	switch {
+	case strings.TrimSpace(name) == "":
+		v.Add("name", "can't be blank")
+	case len(name) > max:
+		v.Add("name", "is too long (maximum is "+strconv.Itoa(max)+" characters)")
+	}
+}
+
+// CreateGroup adds a group (a subgroup when ParentID is set).
+func (s *Store) CreateGroup(n NewGroup) (Group, error) {
+	if n.Visibility == "" {
+		n.Visibility = Private
+	}
+	v := &ValidationError{}
+	validName(v, n.Name, 255)
+	validPath(v, n.Path)
+	if !validVisibility(n.Visibility) {
+		v.Add("visibility_level", "is invalid")
+	}
+	if len(n.Description) > 1024 {
+		v.Add("description", "is too long (maximum is 1024 characters)")
+	}
+	if err := v.Err(); err != nil {
+		return Group{}, err
+	}
+	g := Group{ParentID: n.ParentID, Name: n.Name, Path: n.Path, FullPath: n.Path, FullName: n.Name,
+		Description: n.Description, Visibility: n.Visibility, CreatedAt: s.clock()}
+	err := s.update(true, false, func(tx *bolt.Tx) error {
+		if n.ParentID != 0 {
+			parent, ok := groupTx(tx, n.ParentID)
+			if !ok {
+				return notFound("Parent Group")
+			}
+			g.FullPath = parent.FullPath + "/" + n.Path
+			g.FullName = parent.FullName + " / " + n.Name
+		}
+		byPath := tx.Bucket(bktGroupsByPath)
+		if byPath.Get(lower(g.FullPath)) != nil || tx.Bucket(bktProjectsPath).Get(lower(g.FullPath)) != nil {
+			return invalid("path", "has already been taken")
+		}
+		b := tx.Bucket(bktGroups)
+		id, err := nextID(b)
+		if err != nil {
+			return err
+		}
+		g.ID = id
+		if err := putJSON(b, itob(id), g); err != nil {
+			return err
+		}
+		if err := byPath.Put(lower(g.FullPath), itob(id)); err != nil {
+			return err
+		}
+		if g.ParentID != 0 {
+			if err := tx.Bucket(bktGroupChildren).Put(pair(g.ParentID, id), nil); err != nil {
+				return err
+			}
+		}
+		if n.CreatorID != 0 {
+			if _, ok := userTx(tx, n.CreatorID); !ok {
+				return notFound("User")
+			}
+			_, err := addMemberTx(tx, groupMembers, id, Member{UserID: n.CreatorID, AccessLevel: Owner, CreatedAt: g.CreatedAt})
+			return err
+		}
+		return nil
+	})
+	return g, err
+}
+
+func groupTx(tx *bolt.Tx, id int64) (Group, bool) {
+	var g Group
+	ok := getJSON(tx.Bucket(bktGroups), itob(id), &g)
+	return g, ok
+}
+
+// refID resolves "42" or a (case-insensitive) full path through byPath.
+func refID(tx *bolt.Tx, byPath []byte, ref string) int64 {
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
+		return id
+	}
+	if v := tx.Bucket(byPath).Get(lower(ref)); v != nil {
+		return btoi(v)
+	}
+	return 0
+}
+
+// Group returns a group by id.
+func (s *Store) Group(id int64) (Group, error) { return s.GroupByRef(strconv.FormatInt(id, 10)) }
+
+// GroupByRef returns a group by numeric id or full path.
+func (s *Store) GroupByRef(ref string) (Group, error) {
+	var g Group
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		if g, ok = groupTx(tx, refID(tx, bktGroupsByPath, ref)); !ok {
+			return notFound("Group")
+		}
+		return nil
+	})
+	return g, err
+}
+
+// ancestorsTx returns the group and its ancestors, the group first.
+func ancestorsTx(tx *bolt.Tx, id int64) []Group {
+	var chain []Group
+	for id != 0 && len(chain) < 32 {
+		g, ok := groupTx(tx, id)
+		if !ok {
+			break
+		}
+		chain = append(chain, g)
+		id = g.ParentID
+	}
+	return chain
+}
+
+// TopLevelGroup returns the root of the group's hierarchy.
+func (s *Store) TopLevelGroup(id int64) (Group, error) {
+	var g Group
+	err := s.db.View(func(tx *bolt.Tx) error {
+		chain := ancestorsTx(tx, id)
+		if len(chain) == 0 {
+			return notFound("Group")
+		}
+		g = chain[len(chain)-1]
+		return nil
+	})
+	return g, err
+}

@@ -1,0 +1,120 @@
+package store
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Project is a project in a group namespace.
+type Project struct {
+	ID          int64     `json:"id"`
+	NamespaceID int64     `json:"namespace_id"`
+	Name        string    `json:"name"`
+	Path        string    `json:"path"`
+	FullPath    string    `json:"full_path"`
+	FullName    string    `json:"full_name"`
+	Description string    `json:"description"`
+	Visibility  string    `json:"visibility"`
+	CreatorID   int64     `json:"creator_id"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// NewProject is the input of CreateProject.
+type NewProject struct {
+	Name, Path, Description, Visibility string
+	NamespaceID, CreatorID              int64
+}
+
+// DefaultProjectPath derives a path from a name as GitLab does for the common
+// case: lower-case, spaces to dashes.
+func DefaultProjectPath(name string) string {
+	return strings.ToLower(strings.Join(strings.Fields(name), "-"))
+}
+
+// CreateProject adds a project to a group namespace.
+func (s *Store) CreateProject(n NewProject) (Project, error) {
+	if n.Visibility == "" {
+		n.Visibility = Private
+	}
+	if n.Path == "" {
+		n.Path = DefaultProjectPath(n.Name)
+	}
+	v := &ValidationError{}
+	validName(v, n.Name, 255)
+	validPath(v, n.Path)
+	if !validVisibility(n.Visibility) {
+		v.Add("visibility_level", "is invalid")
+	}
+	if len(n.Description) > 2000 {
+		v.Add("description", "is too long (maximum is 2000 characters)")
+	}
+	if err := v.Err(); err != nil {
+		return Project{}, err
+	}
+	p := Project{NamespaceID: n.NamespaceID, Name: n.Name, Path: n.Path, Description: n.Description,
+		Visibility: n.Visibility, CreatorID: n.CreatorID, CreatedAt: s.clock()}
+	err := s.update(true, false, func(tx *bolt.Tx) error {
+		ns, ok := groupTx(tx, n.NamespaceID)
+		if !ok {
+			return notFound("Namespace")
+		}
+		p.FullPath = ns.FullPath + "/" + p.Path
+		p.FullName = ns.FullName + " / " + p.Name
+		byPath := tx.Bucket(bktProjectsPath)
+		if byPath.Get(lower(p.FullPath)) != nil || tx.Bucket(bktGroupsByPath).Get(lower(p.FullPath)) != nil {
+			return invalid("path", "has already been taken")
+		}
+		b := tx.Bucket(bktProjects)
+		id, err := nextID(b)
+		if err != nil {
+			return err
+		}
+		p.ID = id
+		if err := putJSON(b, itob(id), p); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bktGroupProjects).Put(pair(p.NamespaceID, id), nil); err != nil {
+			return err
+		}
+		return byPath.Put(lower(p.FullPath), itob(id))
+	})
+	return p, err
+}
+
+func projectTx(tx *bolt.Tx, id int64) (Project, bool) {
+	var p Project
+	ok := getJSON(tx.Bucket(bktProjects), itob(id), &p)
+	return p, ok
+}
+
+// Project returns a project by id.
+func (s *Store) Project(id int64) (Project, error) {
+	return s.ProjectByRef(strconv.FormatInt(id, 10))
+}
+
+// ProjectByRef returns a project by numeric id or full path.
+func (s *Store) ProjectByRef(ref string) (Project, error) {
+	var p Project
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		if p, ok = projectTx(tx, refID(tx, bktProjectsPath, ref)); !ok {
+			return notFound("Project")
+		}
+		return nil
+	})
+	return p, err
+}
+
+// AddProjectMember gives a user a direct membership of a project. actor is
+// who did it.
+func (s *Store) AddProjectMember(project, user int64, level int, expires *time.Time, actor int64) (Member, error) {
+	return s.addMember(projectMembers, project, user, level, expires, nil)
+}
+
+// RemoveProjectMember ends a direct membership of a project. actor is who did it.
+func (s *Store) RemoveProjectMember(project, user, actor int64) error {
+	return s.removeMember(projectMembers, project, user, nil)
+}

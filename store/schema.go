@@ -1,0 +1,92 @@
+package store
+
+import (
+	"encoding/binary"
+	"strings"
+)
+
+// Bucket names. Every bucket registryd uses is listed here, created on open,
+// and nowhere else named by string.
+var (
+	bktMeta = []byte("meta")
+
+	bktUsers         = []byte("users")          // id -> User
+	bktUsersByName   = []byte("users_by_name")  // lower(username) -> id
+	bktUsersByEmail  = []byte("users_by_email") // lower(email) -> id
+	bktTokens        = []byte("tokens")         // id -> Token
+	bktTokensByHash  = []byte("tokens_by_hash") // sha256(token) -> id
+	bktTokensByUser  = []byte("tokens_by_user") // user id + token id -> nil
+	bktDeployTokens  = []byte("deploy_tokens")  // id -> DeployToken
+	bktDeployByHash  = []byte("deploy_by_hash") // sha256(token) -> id
+	bktDeployByGroup = []byte("deploy_by_group")
+
+	bktGroups        = []byte("groups")         // id -> Group
+	bktGroupsByPath  = []byte("groups_by_path") // lower(full path) -> id
+	bktGroupChildren = []byte("group_children") // parent id + child id -> nil
+	bktProjects      = []byte("projects")       // id -> Project
+	bktProjectsPath  = []byte("projects_by_path")
+	bktGroupProjects = []byte("group_projects") // group id + project id -> nil
+
+	bktGroupMembers   = []byte("group_members")   // group id + user id -> Member
+	bktProjectMembers = []byte("project_members") // project id + user id -> Member
+	bktUserGroups     = []byte("user_groups")     // user id + group id -> nil
+	bktUserProjects   = []byte("user_projects")   // user id + project id -> nil
+
+	bktRegistries     = []byte("registries")         // id -> Registry
+	bktGroupRegs      = []byte("group_registries")   // group id + registry id -> nil
+	bktUpstreams      = []byte("upstreams")          // id -> Upstream
+	bktGroupUpstreams = []byte("group_upstreams")    // group id + upstream id -> nil
+	bktAssocs         = []byte("registry_upstreams") // id -> RegistryUpstream
+	bktRegAssocs      = []byte("registry_assocs")    // registry id + assoc id -> nil
+	bktUpAssocs       = []byte("upstream_assocs")    // upstream id + assoc id -> nil
+
+	bktCacheEntries = []byte("cache_entries") // upstream id + relative path -> CacheEntry
+	bktCachePending = []byte("cache_pending") // pending seq -> pendingEntry (marked for destruction)
+	bktBlobRefs     = []byte("blob_refs")     // sha256 hex -> reference count (uint64)
+)
+
+var allBuckets = [][]byte{
+	bktMeta,
+	bktUsers, bktUsersByName, bktUsersByEmail, bktTokens, bktTokensByHash, bktTokensByUser,
+	bktDeployTokens, bktDeployByHash, bktDeployByGroup,
+	bktGroups, bktGroupsByPath, bktGroupChildren, bktProjects, bktProjectsPath, bktGroupProjects,
+	bktGroupMembers, bktProjectMembers, bktUserGroups, bktUserProjects,
+	bktRegistries, bktGroupRegs, bktUpstreams, bktGroupUpstreams, bktAssocs, bktRegAssocs, bktUpAssocs,
+	bktCacheEntries, bktCachePending, bktBlobRefs,
+}
+
+// Keys in the meta bucket.
+var (
+	metaSchemaVersion = []byte("schema_version")
+	metaInitialized   = []byte("initialized")
+)
+
+const schemaVersion = 1
+
+// itob encodes an id big-endian so that bbolt's byte order is numeric order.
+func itob(id int64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, uint64(id))
+	return b
+}
+
+func btoi(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) }
+
+// pair is the 16-byte key of a two-id index (parent id, child id).
+func pair(a, b int64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, uint64(a))
+	binary.BigEndian.PutUint64(k[8:], uint64(b))
+	return k
+}
+
+// cacheKey is upstream id (big-endian) followed by the relative path, so all
+// entries of one upstream are one contiguous range.
+func cacheKey(upstreamID int64, rel string) []byte {
+	k := make([]byte, 8+len(rel))
+	binary.BigEndian.PutUint64(k, uint64(upstreamID))
+	copy(k[8:], rel)
+	return k
+}
+
+func lower(s string) []byte { return []byte(strings.ToLower(s)) }

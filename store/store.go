@@ -1,0 +1,170 @@
+// Package store is registryd's index: every record lives in one bbolt file and
+// every mutation is one transaction that keeps the invariants (positions stay
+// contiguous, names unique, nothing half-written). It is the only package that
+// imports bbolt.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Options configure Open.
+type Options struct {
+	// SecretKey is the 32-byte AES-256-GCM key sealing upstream passwords. Required.
+	SecretKey []byte
+	// LockTimeout is how long Open waits for another process's lock on the
+	// database before failing. Default 1s.
+	LockTimeout time.Duration
+	// Now returns the current time; tests inject a clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Store is the open index.
+type Store struct {
+	db     *bolt.DB
+	sealer *sealer
+	now    func() time.Time
+
+	// authGen changes whenever anything that feeds an access decision changes
+	// (users, tokens, memberships, groups, projects). Caches of decisions
+	// compare it to know they are stale.
+	authGen atomic.Uint64
+	// cacheGen changes whenever cache entries or registry topology change, for
+	// caches of resolution data in the proxy.
+	cacheGen atomic.Uint64
+}
+
+// ErrLocked means another process holds the database.
+var ErrLocked = errors.New("the data directory is in use by another registryd process")
+
+// Open opens (creating when needed) DIR/registry.db.
+func Open(dir string, o Options) (*Store, error) {
+	if o.LockTimeout == 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s, err := newSealer(o.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	path := filepath.Join(dir, "registry.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("store: %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	st := &Store{db: db, sealer: s, now: o.Now}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bktMeta)
+		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) > schemaVersion {
+			return fmt.Errorf("registry.db has schema version %d; this registryd knows %d: upgrade registryd", btoi(v), schemaVersion)
+		}
+		return meta.Put(metaSchemaVersion, itob(schemaVersion))
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return st, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path is the database file.
+func (s *Store) Path() string { return s.db.Path() }
+
+// AuthGeneration changes after every commit that may change an access decision.
+func (s *Store) AuthGeneration() uint64 { return s.authGen.Load() }
+
+// CacheGeneration changes after every commit that changes cache entries or
+// which upstreams a registry resolves through.
+func (s *Store) CacheGeneration() uint64 { return s.cacheGen.Load() }
+
+// Stats are read at scrape time.
+type Stats struct {
+	FileBytes int64
+	TxOpen    int
+}
+
+// Stats reports figures of the database for metrics.
+func (s *Store) Stats() Stats {
+	st := s.db.Stats()
+	var size int64
+	_ = s.db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
+	return Stats{FileBytes: size, TxOpen: st.OpenTxN}
+}
+
+// now returns the store clock truncated to milliseconds, the precision of the API.
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+
+// update runs fn in one write transaction and bumps the given generations after
+// a successful commit.
+func (s *Store) update(auth, cache bool, fn func(tx *bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if err == nil {
+		if auth {
+			s.authGen.Add(1)
+		}
+		if cache {
+			s.cacheGen.Add(1)
+		}
+	}
+	return err
+}
+
+func getJSON(b *bolt.Bucket, key []byte, v any) bool {
+	raw := b.Get(key)
+	if raw == nil {
+		return false
+	}
+	// Stored records were written by this package; a decoding failure is a
+	// corrupt database, which must not be papered over.
+	if err := json.Unmarshal(raw, v); err != nil {
+		panic(fmt.Sprintf("store: corrupt record %x: %v", key, err))
+	}
+	return true
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}
+
+// childIDs lists the second ids of a two-id index under prefix id.
+func childIDs(b *bolt.Bucket, parent int64) []int64 {
+	var out []int64
+	prefix := itob(parent)
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && len(k) == 16 && string(k[:8]) == string(prefix); k, _ = c.Next() {
+		out = append(out, btoi(k[8:]))
+	}
+	return out
+}
+
+func nextID(b *bolt.Bucket) (int64, error) {
+	n, err := b.NextSequence()
+	return int64(n), err
+}

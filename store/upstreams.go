@@ -1,0 +1,495 @@
+package store
+
+import (
+	"crypto/subtle"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// DefaultValidityHours is the default of both cache validity settings.
+const DefaultValidityHours = 24
+
+// Upstream is a remote Maven repository of a top-level group. Password is
+// sealed at rest and only ever returned by this package to callers that fetch
+// from the upstream.
+type Upstream struct {
+	ID                         int64     `json:"id"`
+	GroupID                    int64     `json:"group_id"`
+	URL                        string    `json:"url"`
+	Name                       string    `json:"name"`
+	Description                string    `json:"description"`
+	CacheValidityHours         int       `json:"cache_validity_hours"`
+	MetadataCacheValidityHours int       `json:"metadata_cache_validity_hours"`
+	Username                   string    `json:"username"`
+	Password                   string    `json:"-"`
+	PasswordSealed             []byte    `json:"password_sealed,omitempty"`
+	CreatedAt                  time.Time `json:"created_at"`
+	UpdatedAt                  time.Time `json:"updated_at"`
+}
+
+// RegistryUpstream places an upstream at a position of a registry.
+type RegistryUpstream struct {
+	ID         int64 `json:"id"`
+	RegistryID int64 `json:"registry_id"`
+	UpstreamID int64 `json:"upstream_id"`
+	Position   int   `json:"position"`
+}
+
+// PositionedUpstream is an upstream as a registry sees it.
+type PositionedUpstream struct {
+	Upstream
+	Assoc RegistryUpstream
+}
+
+// NewUpstream is the input of CreateUpstream. URL is already normalised and
+// checked against the network policy by the caller.
+type NewUpstream struct {
+	URL, Name, Description, Username, Password string
+	// nil means the default of 24 hours.
+	CacheValidityHours, MetadataCacheValidityHours *int
+}
+
+// mavenCentral's artifacts never change, so its entries never need re-checking.
+const mavenCentral = "https://repo1.maven.org/maven2"
+
+func validUpstream(u Upstream) error {
+	v := &ValidationError{}
+	switch {
+	case u.URL == "":
+		v.Add("url", "can't be blank")
+	case len(u.URL) > 255:
+		v.Add("url", "is too long (maximum is 255 characters)")
+	}
+	validName(v, u.Name, 255)
+	if len(u.Description) > 1024 {
+		v.Add("description", "is too long (maximum is 1024 characters)")
+	}
+	if u.CacheValidityHours < 0 {
+		v.Add("cache_validity_hours", "must be greater than or equal to 0")
+	}
+	if u.MetadataCacheValidityHours < 1 {
+		v.Add("metadata_cache_validity_hours", "must be greater than 0")
+	}
+	if len(u.Username) > 510 {
+		v.Add("username", "is too long (maximum is 510 characters)")
+	}
+	if len(u.Password) > 510 {
+		v.Add("password", "is too long (maximum is 510 characters)")
+	}
+	if (u.Username == "") != (u.Password == "") {
+		v.Add("password", "must be set together with username")
+	}
+	return v.Err()
+}
+
+func (s *Store) upstreamTx(tx *bolt.Tx, id int64) (Upstream, bool, error) {
+	var u Upstream
+	if !getJSON(tx.Bucket(bktUpstreams), itob(id), &u) {
+		return u, false, nil
+	}
+	pw, err := s.sealer.open(u.PasswordSealed)
+	u.Password = pw
+	return u, true, err
+}
+
+func (s *Store) putUpstreamTx(tx *bolt.Tx, u Upstream) error {
+	u.PasswordSealed = s.sealer.seal(u.Password)
+	return putJSON(tx.Bucket(bktUpstreams), itob(u.ID), u)
+}
+
+// duplicateTx refuses a second upstream of the group with the same url and
+// credentials: associate the existing one instead.
+func (s *Store) duplicateTx(tx *bolt.Tx, u Upstream) error {
+	for _, id := range childIDs(tx.Bucket(bktGroupUpstreams), u.GroupID) {
+		if id == u.ID {
+			continue
+		}
+		o, ok, err := s.upstreamTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if ok && o.URL == u.URL && o.Username == u.Username &&
+			subtle.ConstantTimeCompare([]byte(o.Password), []byte(u.Password)) == 1 {
+			return invalid("group", "already has a remote upstream with the same url and credentials")
+		}
+	}
+	return nil
+}
+
+// CreateUpstream adds an upstream to the registry's group and appends it to
+// the registry's ordered list.
+func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstream, error) {
+	now := s.clock()
+	u := Upstream{URL: n.URL, Name: n.Name, Description: n.Description, Username: n.Username, Password: n.Password,
+		CacheValidityHours: DefaultValidityHours, MetadataCacheValidityHours: DefaultValidityHours,
+		CreatedAt: now, UpdatedAt: now}
+	if n.CacheValidityHours != nil {
+		u.CacheValidityHours = *n.CacheValidityHours
+	}
+	if n.MetadataCacheValidityHours != nil {
+		u.MetadataCacheValidityHours = *n.MetadataCacheValidityHours
+	}
+	if strings.HasPrefix(u.URL, mavenCentral) {
+		u.CacheValidityHours = 0
+	}
+	if err := validUpstream(u); err != nil {
+		return PositionedUpstream{}, err
+	}
+	var out PositionedUpstream
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		r, ok := registryTx(tx, registry)
+		if !ok {
+			return notFound("Registry")
+		}
+		u.GroupID = r.GroupID
+		if len(assocsOfRegistryTx(tx, registry)) >= MaxUpstreamsPerRegistry {
+			return invalid("registry_upstreams.position", "must be less than or equal to 20")
+		}
+		if err := s.duplicateTx(tx, u); err != nil {
+			return err
+		}
+		id, err := nextID(tx.Bucket(bktUpstreams))
+		if err != nil {
+			return err
+		}
+		u.ID = id
+		if err := s.putUpstreamTx(tx, u); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bktGroupUpstreams).Put(pair(u.GroupID, id), nil); err != nil {
+			return err
+		}
+		a, err := appendAssocTx(tx, registry, id)
+		out = PositionedUpstream{Upstream: u, Assoc: a}
+		return err
+	})
+	return out, err
+}
+
+// Upstream returns an upstream by id, password included.
+func (s *Store) Upstream(id int64) (Upstream, error) {
+	var u Upstream
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		var err error
+		if u, ok, err = s.upstreamTx(tx, id); err != nil {
+			return err
+		} else if !ok {
+			return notFound("Upstream")
+		}
+		return nil
+	})
+	return u, err
+}
+
+// UpstreamPatch lists the fields an update changes; nil leaves a field alone.
+type UpstreamPatch struct {
+	URL, Name, Description, Username, Password     *string
+	CacheValidityHours, MetadataCacheValidityHours *int
+}
+
+// UpdateUpstream changes an upstream. Changing the url without new
+// credentials clears the stored ones, so old credentials never reach a new host.
+func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
+	var u Upstream
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		var ok bool
+		var err error
+		if u, ok, err = s.upstreamTx(tx, id); err != nil {
+			return err
+		} else if !ok {
+			return notFound("Upstream")
+		}
+		urlChanged := p.URL != nil && *p.URL != u.URL
+		credsChanged := urlChanged
+		set := func(dst *string, src *string) {
+			if src != nil {
+				*dst = *src
+			}
+		}
+		set(&u.URL, p.URL)
+		set(&u.Name, p.Name)
+		set(&u.Description, p.Description)
+		if urlChanged && p.Username == nil && p.Password == nil {
+			u.Username, u.Password = "", ""
+		}
+		if p.Username != nil || p.Password != nil {
+			credsChanged = true
+			set(&u.Username, p.Username)
+			set(&u.Password, p.Password)
+		}
+		if p.CacheValidityHours != nil {
+			u.CacheValidityHours = *p.CacheValidityHours
+		}
+		if p.MetadataCacheValidityHours != nil {
+			u.MetadataCacheValidityHours = *p.MetadataCacheValidityHours
+		}
+		if err := validUpstream(u); err != nil {
+			return err
+		}
+		if credsChanged {
+			if err := s.duplicateTx(tx, u); err != nil {
+				return err
+			}
+		}
+		u.UpdatedAt = s.clock()
+		return s.putUpstreamTx(tx, u)
+	})
+	return u, err
+}
+
+// DeleteUpstream removes an upstream, closes the gaps it leaves in every
+// registry's order, and marks its cache entries for destruction.
+func (s *Store) DeleteUpstream(id int64) error {
+	return s.update(false, true, func(tx *bolt.Tx) error {
+		if tx.Bucket(bktUpstreams).Get(itob(id)) == nil {
+			return notFound("Upstream")
+		}
+		return deleteUpstreamTx(tx, id, s.clock())
+	})
+}
+
+func deleteUpstreamTx(tx *bolt.Tx, id int64, now time.Time) error {
+	var u Upstream
+	if !getJSON(tx.Bucket(bktUpstreams), itob(id), &u) {
+		return nil
+	}
+	for _, aid := range childIDs(tx.Bucket(bktUpAssocs), id) {
+		a, ok := assocTx(tx, aid)
+		if !ok {
+			continue
+		}
+		if err := deleteAssocTx(tx, a); err != nil {
+			return err
+		}
+	}
+	if _, err := markUpstreamPendingTx(tx, id, now); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bktGroupUpstreams).Delete(pair(u.GroupID, id)); err != nil {
+		return err
+	}
+	return tx.Bucket(bktUpstreams).Delete(itob(id))
+}
+
+// GroupUpstreams lists a group's upstreams by id, optionally only those whose
+// name contains nameFilter (case-insensitive), one page at a time. It returns
+// the page and the total count.
+func (s *Store) GroupUpstreams(group int64, nameFilter string, offset, limit int) ([]Upstream, int, error) {
+	var out []Upstream
+	total := 0
+	needle := strings.ToLower(nameFilter)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if _, ok := groupTx(tx, group); !ok {
+			return notFound("Group")
+		}
+		for _, id := range childIDs(tx.Bucket(bktGroupUpstreams), group) {
+			var u Upstream
+			if !getJSON(tx.Bucket(bktUpstreams), itob(id), &u) {
+				continue
+			}
+			if needle != "" && !strings.Contains(strings.ToLower(u.Name), needle) {
+				continue
+			}
+			if total >= offset && len(out) < limit {
+				out = append(out, u)
+			}
+			total++
+		}
+		return nil
+	})
+	return out, total, err
+}
+
+// RegistryUpstreams lists a registry's upstreams in position order, passwords included.
+func (s *Store) RegistryUpstreams(registry int64) ([]PositionedUpstream, error) {
+	var out []PositionedUpstream
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if _, ok := registryTx(tx, registry); !ok {
+			return notFound("Registry")
+		}
+		for _, a := range assocsOfRegistryTx(tx, registry) {
+			u, ok, err := s.upstreamTx(tx, a.UpstreamID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out = append(out, PositionedUpstream{Upstream: u, Assoc: a})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UpstreamAssociations lists the registries an upstream belongs to, by association id.
+func (s *Store) UpstreamAssociations(upstream int64) ([]RegistryUpstream, error) {
+	var out []RegistryUpstream
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
+			return notFound("Upstream")
+		}
+		for _, id := range childIDs(tx.Bucket(bktUpAssocs), upstream) {
+			if a, ok := assocTx(tx, id); ok {
+				out = append(out, a)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// --- associations ---
+
+func assocTx(tx *bolt.Tx, id int64) (RegistryUpstream, bool) {
+	var a RegistryUpstream
+	ok := getJSON(tx.Bucket(bktAssocs), itob(id), &a)
+	return a, ok
+}
+
+// assocsOfRegistryTx returns the registry's associations ordered by position.
+func assocsOfRegistryTx(tx *bolt.Tx, registry int64) []RegistryUpstream {
+	var out []RegistryUpstream
+	for _, id := range childIDs(tx.Bucket(bktRegAssocs), registry) {
+		if a, ok := assocTx(tx, id); ok {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b RegistryUpstream) int { return a.Position - b.Position })
+	return out
+}
+
+func putAssocTx(tx *bolt.Tx, a RegistryUpstream) error {
+	return putJSON(tx.Bucket(bktAssocs), itob(a.ID), a)
+}
+
+func appendAssocTx(tx *bolt.Tx, registry, upstream int64) (RegistryUpstream, error) {
+	existing := assocsOfRegistryTx(tx, registry)
+	if len(existing) >= MaxUpstreamsPerRegistry {
+		return RegistryUpstream{}, invalid("registry_upstreams.position", "must be less than or equal to 20")
+	}
+	id, err := nextID(tx.Bucket(bktAssocs))
+	if err != nil {
+		return RegistryUpstream{}, err
+	}
+	a := RegistryUpstream{ID: id, RegistryID: registry, UpstreamID: upstream, Position: len(existing) + 1}
+	if err := putAssocTx(tx, a); err != nil {
+		return a, err
+	}
+	if err := tx.Bucket(bktRegAssocs).Put(pair(registry, id), nil); err != nil {
+		return a, err
+	}
+	return a, tx.Bucket(bktUpAssocs).Put(pair(upstream, id), nil)
+}
+
+// deleteAssocTx removes an association and closes the gap in its registry.
+func deleteAssocTx(tx *bolt.Tx, a RegistryUpstream) error {
+	if err := tx.Bucket(bktAssocs).Delete(itob(a.ID)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bktRegAssocs).Delete(pair(a.RegistryID, a.ID)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bktUpAssocs).Delete(pair(a.UpstreamID, a.ID)); err != nil {
+		return err
+	}
+	for i, o := range assocsOfRegistryTx(tx, a.RegistryID) {
+		if o.Position != i+1 {
+			o.Position = i + 1
+			if err := putAssocTx(tx, o); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Associate appends an existing upstream of the registry's group to the registry.
+func (s *Store) Associate(registry, upstream int64) (RegistryUpstream, error) {
+	var a RegistryUpstream
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		r, ok := registryTx(tx, registry)
+		if !ok {
+			return notFound("Registry")
+		}
+		var u Upstream
+		if !getJSON(tx.Bucket(bktUpstreams), itob(upstream), &u) || u.GroupID != r.GroupID {
+			return notFound("Upstream")
+		}
+		for _, o := range assocsOfRegistryTx(tx, registry) {
+			if o.UpstreamID == upstream {
+				return invalid("upstream_id", "has already been taken")
+			}
+		}
+		var err error
+		a, err = appendAssocTx(tx, registry, upstream)
+		return err
+	})
+	return a, err
+}
+
+// Association returns an association by id.
+func (s *Store) Association(id int64) (RegistryUpstream, error) {
+	var a RegistryUpstream
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		if a, ok = assocTx(tx, id); !ok {
+			return notFound("Registry Upstream")
+		}
+		return nil
+	})
+	return a, err
+}
+
+// MoveAssociation moves an upstream to position (capped at the registry's
+// current maximum); the upstreams in between shift by one.
+func (s *Store) MoveAssociation(id int64, position int) (RegistryUpstream, error) {
+	var moved RegistryUpstream
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		a, ok := assocTx(tx, id)
+		if !ok {
+			return notFound("Registry Upstream")
+		}
+		list := assocsOfRegistryTx(tx, a.RegistryID)
+		position = min(max(position, 1), len(list))
+		from := slices.IndexFunc(list, func(o RegistryUpstream) bool { return o.ID == id })
+		item := list[from]
+		list = slices.Delete(list, from, from+1)
+		list = slices.Insert(list, position-1, item)
+		for i, o := range list {
+			if o.Position != i+1 {
+				o.Position = i + 1
+				if err := putAssocTx(tx, o); err != nil {
+					return err
+				}
+			}
+			if o.ID == id {
+				moved = o
+				moved.Position = i + 1
+			}
+		}
+		return nil
+	})
+	return moved, err
+}
+
+// DeleteAssociation removes an upstream from a registry and closes the gap;
+// an upstream left in no registry is deleted with its cache.
+func (s *Store) DeleteAssociation(id int64) error {
+	return s.update(false, true, func(tx *bolt.Tx) error {
+		a, ok := assocTx(tx, id)
+		if !ok {
+			return notFound("Registry Upstream")
+		}
+		if err := deleteAssocTx(tx, a); err != nil {
+			return err
+		}
+		if len(childIDs(tx.Bucket(bktUpAssocs), a.UpstreamID)) == 0 {
+			return deleteUpstreamTx(tx, a.UpstreamID, s.clock())
+		}
+		return nil
+	})
+}
