@@ -1,0 +1,451 @@
+// Package upstream is the HTTP client registryd uses to talk to upstream
+// Maven repositories: HEAD, GET and conditional GET with Basic auth, bounded
+// redirects, timeouts, an SSRF guard that runs both when a URL is saved
+// (CheckURL) and when a connection is dialled, and the connection test.
+//
+// Failures are typed: *StatusError (matching ErrNotFound or ErrUnavailable by
+// status) and *NetError (matching ErrUnavailable, ErrTimeout or
+// ErrTooManyRedirects). Credentials never appear in errors or log lines.
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultCheckTimeout    = 5 * time.Second
+	DefaultBodyIdleTimeout = 60 * time.Second
+	DefaultMaxRedirects    = 5
+)
+
+// userAgent identifies registryd to upstreams.
+const userAgent = "registryd"
+
+// Options configures a Client. The zero value is usable.
+type Options struct {
+	// AllowLocalNetwork permits upstreams on loopback, private, CGNAT,
+	// link-local, multicast and unspecified addresses, both in CheckURL and at
+	// connect time. Default false: they are refused (GitLab's default).
+	AllowLocalNetwork bool
+	// ConnectTimeout bounds dialling one TCP connection, and separately the
+	// TLS handshake. Default 10s.
+	ConnectTimeout time.Duration
+	// HeaderTimeout bounds waiting for response headers once the request is
+	// sent. Default 10s.
+	HeaderTimeout time.Duration
+	// CheckTimeout bounds a whole Head or Test, redirects included, and the
+	// DNS lookups of CheckURL. Default 5s.
+	CheckTimeout time.Duration
+	// BodyIdleTimeout bounds how long one read of a Get body may wait for
+	// upstream bytes; it does not count time the caller spends between reads,
+	// so a slow client does not kill the fetch. A whole-download bound is the
+	// caller's context. Default 60s; negative disables it.
+	BodyIdleTimeout time.Duration
+	// MaxRedirects is how many redirects one request follows. Default 5 when
+	// zero (Go's convention that the zero value is the default); negative
+	// means none: any redirect fails with ErrTooManyRedirects. A config value
+	// of 0 meaning "none" must therefore be passed as -1.
+	MaxRedirects int
+	// TLSConfig is cloned for upstream connections. Default nil: system
+	// roots, TLS 1.2 or later.
+	TLSConfig *tls.Config
+	// Resolver resolves names for CheckURL. Default net.DefaultResolver. The
+	// connect-time check looks at the dialled address and needs no resolver.
+	Resolver Resolver
+	// Logger receives one debug line per upstream request. Default: discard.
+	Logger *slog.Logger
+}
+
+// Client talks to upstream repositories. It is safe for concurrent use and
+// keeps connections alive across calls; make one per process.
+type Client struct {
+	hc           *http.Client
+	tr           *http.Transport
+	resolver     Resolver
+	log          *slog.Logger
+	allowLocal   bool
+	checkTimeout time.Duration
+	bodyIdle     time.Duration
+	maxRedirects int
+}
+
+// New returns a Client; zero Options fields take the defaults above.
+func New(o Options) *Client {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if o.CheckTimeout <= 0 {
+		o.CheckTimeout = DefaultCheckTimeout
+	}
+	switch {
+	case o.BodyIdleTimeout == 0:
+		o.BodyIdleTimeout = DefaultBodyIdleTimeout
+	case o.BodyIdleTimeout < 0:
+		o.BodyIdleTimeout = 0
+	}
+	switch {
+	case o.MaxRedirects == 0:
+		o.MaxRedirects = DefaultMaxRedirects
+	case o.MaxRedirects < 0:
+		o.MaxRedirects = 0
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.TLSConfig != nil {
+		tlsConf = o.TLSConfig.Clone()
+	}
+
+	dialer := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
+	if !o.AllowLocalNetwork {
+		dialer.Control = dialControl
+	}
+	tr := &http.Transport{
+		// No environment proxy: a proxy would be dialled instead of the
+		// upstream, and the address check would judge the wrong host.
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       tlsConf,
+		TLSHandshakeTimeout:   o.ConnectTimeout,
+		ResponseHeaderTimeout: o.HeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		// Bytes are cached and checksummed as the upstream sent them.
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    32,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	c := &Client{
+		tr:           tr,
+		resolver:     o.Resolver,
+		log:          o.Logger,
+		allowLocal:   o.AllowLocalNetwork,
+		checkTimeout: o.CheckTimeout,
+		bodyIdle:     o.BodyIdleTimeout,
+		maxRedirects: o.MaxRedirects,
+	}
+	c.hc = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
+	return c
+}
+
+// CloseIdleConnections closes kept-alive upstream connections; call it at
+// shutdown.
+func (c *Client) CloseIdleConnections() { c.tr.CloseIdleConnections() }
+
+// Endpoint is an upstream's base URL and optional Basic credentials. When
+// Username is empty and URL carries userinfo, the userinfo is used instead.
+type Endpoint struct {
+	URL      string
+	Username string
+	Password string
+}
+
+// Response is a successful upstream answer: 2xx, or 304 to a conditional
+// Get. Body is never nil (http.NoBody for HEAD and 304) and must be closed.
+type Response struct {
+	Status        int
+	Header        http.Header
+	Body          io.ReadCloser
+	ContentLength int64  // -1 when unknown
+	ETag          string // the ETag header verbatim, quotes and W/ included; "" if none
+	ContentType   string
+}
+
+// Head sends a HEAD for relPath (revalidation, existence checks). The whole
+// request, redirects included, is bounded by CheckTimeout. Errors are
+// *StatusError or *NetError, or *URLError when ep.URL is not an http(s) URL
+// (a configuration problem, deliberately not ErrUnavailable).
+func (c *Client) Head(ctx context.Context, ep Endpoint, relPath string) (*Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.checkTimeout)
+	defer cancel()
+	return c.head(ctx, ep, relPath)
+}
+
+func (c *Client) head(ctx context.Context, ep Endpoint, relPath string) (*Response, error) {
+	resp, err := c.fetch(ctx, http.MethodHead, ep, relPath, "")
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	resp.Body = http.NoBody
+	return resp.Response, nil
+}
+
+// Get fetches relPath. With a non-empty etag it sends If-None-Match: etag
+// (verbatim, as stored from Response.ETag), and a 304 answer is returned as a
+// Response with Status 304 and an empty body. Only connect, header and
+// body-idle timeouts apply; bound the whole download with ctx. Errors are as
+// for Head; Body.Read errors other than io.EOF are *NetError. A body shorter
+// than its Content-Length fails with io.ErrUnexpectedEOF (wrapped), never a
+// clean io.EOF.
+func (c *Client) Get(ctx context.Context, ep Endpoint, relPath, etag string) (*Response, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	resp, err := c.fetch(ctx, http.MethodGet, ep, relPath, etag)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if resp.Status == http.StatusNotModified {
+		resp.Body.Close()
+		resp.Body = http.NoBody
+		cancel()
+		return resp.Response, nil
+	}
+	b := &body{rc: resp.Body, cancel: cancel, idle: c.bodyIdle, target: resp.target}
+	if b.idle > 0 {
+		b.timer = time.AfterFunc(time.Hour, b.expire)
+		b.timer.Stop()
+	}
+	resp.Body = b
+	return resp.Response, nil
+}
+
+// response is a Response plus what Get needs to wrap its body.
+type response struct {
+	*Response
+	target string
+}
+
+// fetch sends one request (following redirects) and sorts the answer.
+func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath, etag string) (response, error) {
+	target, display, user, pass, err := requestURL(ep, relPath)
+	if err != nil {
+		return response{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target.String(), nil)
+	if err != nil {
+		return response{}, &URLError{Reason: ReasonInvalid}
+	}
+	req.Header.Set("User-Agent", userAgent)
+	// Explicit, because DisableCompression alone sends no Accept-Encoding and
+	// some servers then pick gzip anyway.
+	req.Header.Set("Accept-Encoding", "identity")
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	errURL := displayURL(target)
+
+	start := time.Now()
+	hr, err := c.hc.Do(req)
+	dur := time.Since(start)
+	if err != nil {
+		if hr != nil && hr.Body != nil {
+			hr.Body.Close()
+		}
+		nerr := newNetError(method, errURL, err)
+		c.log.LogAttrs(ctx, slog.LevelDebug, "upstream request",
+			slog.String("method", method), slog.String("upstream", display),
+			slog.String("path", relPath), slog.Int("status", 0),
+			slog.Duration("dur", dur), slog.String("err", nerr.Reason))
+		return response{}, nerr
+	}
+	c.log.LogAttrs(ctx, slog.LevelDebug, "upstream request",
+		slog.String("method", method), slog.String("upstream", display),
+		slog.String("path", relPath), slog.Int("status", hr.StatusCode),
+		slog.Duration("dur", dur))
+
+	code := hr.StatusCode
+	if code >= 200 && code < 300 || code == http.StatusNotModified {
+		return response{
+			Response: &Response{
+				Status:        code,
+				Header:        hr.Header,
+				Body:          hr.Body,
+				ContentLength: hr.ContentLength,
+				ETag:          hr.Header.Get("ETag"),
+				ContentType:   hr.Header.Get("Content-Type"),
+			},
+			target: errURL,
+		}, nil
+	}
+	drain(hr.Body)
+	return response{}, &StatusError{Op: method, URL: errURL, Code: code, Status: reasonPhrase(hr)}
+}
+
+// drain reads a little of an unwanted body so the connection can be reused,
+// without letting a large error page hold us up.
+func drain(rc io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, rc, 4<<10)
+	rc.Close()
+}
+
+// reasonPhrase prefers the standard phrase, so a result never depends on (or
+// echoes) what an upstream chose to write; HTTP/2 has no phrase anyway.
+func reasonPhrase(hr *http.Response) string {
+	if t := http.StatusText(hr.StatusCode); t != "" {
+		return t
+	}
+	p := strings.TrimSpace(strings.TrimPrefix(hr.Status, strconv.Itoa(hr.StatusCode)))
+	if len(p) > 64 {
+		p = p[:64]
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x20 || p[i] > 0x7e {
+			return "Unknown"
+		}
+	}
+	if p == "" {
+		return "Unknown"
+	}
+	return p
+}
+
+// requestURL builds the request URL for relPath and takes the credentials
+// out of it: they travel only in the Authorization header, which
+// checkRedirect controls. display is the base URL redacted, for logs.
+func requestURL(ep Endpoint, relPath string) (target *url.URL, display, user, pass string, err error) {
+	u, perr := url.Parse(strings.TrimSpace(ep.URL))
+	if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return nil, "", "", "", &URLError{Reason: ReasonInvalid}
+	}
+	display = displayURL(u)
+	user, pass = ep.Username, ep.Password
+	if user == "" && u.User != nil {
+		user = u.User.Username()
+		pass, _ = u.User.Password()
+	}
+	base := u.Scheme + "://" + u.Host + u.EscapedPath()
+	full := Join(base, relPath)
+	if u.RawQuery != "" {
+		full += "?" + u.RawQuery
+	}
+	target, perr = url.Parse(full)
+	if perr != nil {
+		return nil, "", "", "", &URLError{Reason: ReasonInvalid}
+	}
+	return target, display, user, pass, nil
+}
+
+// displayURL is u without password, query or fragment, for errors and logs.
+func displayURL(u *url.URL) string {
+	v := *u
+	v.RawQuery, v.ForceQuery, v.Fragment, v.RawFragment = "", false, "", ""
+	return v.Redacted()
+}
+
+// Join appends relPath to an upstream base URL with exactly one slash
+// between them. relPath is unescaped (as a Maven path is after parsing);
+// each segment is escaped here, so "?" or "#" in a file name stays in the
+// path.
+func Join(base, relPath string) string {
+	segs := strings.Split(strings.TrimLeft(relPath, "/"), "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.TrimRight(base, "/") + "/" + strings.Join(segs, "/")
+}
+
+// checkRedirect bounds redirects and keeps credentials on the upstream's own
+// origin. Go's own rule forwards Authorization to subdomains and to other
+// ports of the same host; ours does not, and once a chain has left the
+// origin it never gets them back (A -> B -> A).
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > c.maxRedirects {
+		return ErrTooManyRedirects
+	}
+	orig := via[0].URL
+	left := !sameOrigin(orig, req.URL)
+	for _, r := range via[1:] {
+		left = left || !sameOrigin(orig, r.URL)
+	}
+	if left {
+		req.Header.Del("Authorization")
+	}
+	return nil
+}
+
+// sameOrigin reports whether credentials for orig may be sent to next: same
+// host name and port, except that the usual http:80 -> https:443 upgrade is
+// allowed; a downgrade from https to http is not.
+func sameOrigin(orig, next *url.URL) bool {
+	if !strings.EqualFold(orig.Hostname(), next.Hostname()) {
+		return false
+	}
+	if orig.Scheme == "https" && next.Scheme != "https" {
+		return false
+	}
+	op, np := effectivePort(orig), effectivePort(next)
+	if op == np && orig.Scheme == next.Scheme {
+		return true
+	}
+	return orig.Scheme == "http" && op == "80" && next.Scheme == "https" && np == "443"
+}
+
+func effectivePort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if u.Scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+// body wraps a Get body: it turns read errors into *NetError and aborts a
+// read that waits longer than the idle timeout for upstream bytes.
+type body struct {
+	rc       io.ReadCloser
+	cancel   context.CancelFunc
+	timer    *time.Timer // nil when the idle timeout is off
+	idle     time.Duration
+	target   string
+	timedOut atomic.Bool
+}
+
+func (b *body) expire() {
+	b.timedOut.Store(true)
+	b.cancel()
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	// The timer runs only while we wait inside Read: time the caller spends
+	// writing to a slow client is not the upstream's fault.
+	if b.timer != nil {
+		b.timer.Reset(b.idle)
+	}
+	n, err := b.rc.Read(p)
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if err == nil || err == io.EOF {
+		return n, err
+	}
+	if b.timedOut.Load() {
+		return n, &NetError{Op: http.MethodGet, URL: b.target, Reason: "Connection timeout", Err: context.DeadlineExceeded, kind: ErrTimeout}
+	}
+	return n, newNetError(http.MethodGet, b.target, err)
+}
+
+func (b *body) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	err := b.rc.Close()
+	b.cancel()
+	return err
+}
