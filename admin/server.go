@@ -1,0 +1,284 @@
+// Package admin is the management listener: the GitLab-compatible REST API
+// under /api/v4, /metrics, and the health endpoints. Handlers return errors;
+// one wrapper maps them to GitLab's JSON envelopes.
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/auth"
+	"registryd/config"
+	"registryd/proxy/upstream"
+	"registryd/store"
+)
+
+// UpstreamChecker is what the connection tests and url validation need from
+// the upstream client.
+type UpstreamChecker interface {
+	CheckURL(ctx context.Context, raw string) error
+	Test(ctx context.Context, ep upstream.Endpoint, path string) upstream.TestResult
+}
+
+// Deps are the admin listener's collaborators.
+type Deps struct {
+	Config   config.Config
+	Store    *store.Store
+	Auth     *auth.Service
+	Upstream UpstreamChecker
+	Logger   *slog.Logger
+	// Registerer receives the admin metrics; Gatherer serves /metrics.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Ready reports why registryd is not ready, or nil when it is.
+	Ready func() error
+}
+
+// Server is the admin HTTP handler.
+type Server struct {
+	cfg   config.Config
+	st    *store.Store
+	auth  *auth.Service
+	up    UpstreamChecker
+	log   *slog.Logger
+	ready func() error
+	mux   *http.ServeMux
+	met   *metrics
+
+	routes map[string]map[string]handler // pattern -> method -> handler
+	order  []string
+}
+
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+type ctxKey int
+
+const reqIDKey ctxKey = 0
+
+// New builds the admin handler.
+func New(d Deps) (*Server, error) {
+	s := &Server{
+		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, log: d.Logger, ready: d.Ready,
+		mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.ready == nil {
+		s.ready = func() error { return nil }
+	}
+	var err error
+	if s.met, err = newMetrics(d.Registerer); err != nil {
+		return nil, err
+	}
+	s.routesHealth(d.Gatherer)
+	s.routesIdentity()
+	s.routesRegistries()
+	s.routesUpstreams()
+	s.mount()
+	return s, nil
+}
+
+// handle registers h for method on a ServeMux pattern (without method).
+func (s *Server) handle(method, pattern string, h handler) {
+	if s.routes[pattern] == nil {
+		s.routes[pattern] = map[string]handler{}
+		s.order = append(s.order, pattern)
+	}
+	s.routes[pattern][method] = h
+}
+
+// mount registers one dispatcher per pattern, so a wrong method gets GitLab's
+// 405 JSON rather than ServeMux's plain text, and an unknown route GitLab's
+// 404 {"error": ...}.
+func (s *Server) mount() {
+	for _, pattern := range s.order {
+		methods := s.routes[pattern]
+		if h, ok := methods[http.MethodGet]; ok && methods[http.MethodHead] == nil {
+			methods[http.MethodHead] = h
+		}
+		allow := make([]string, 0, len(methods))
+		for m := range methods {
+			allow = append(allow, m)
+		}
+		route := pattern
+		s.mux.Handle(pattern, s.wrap(route, func(w http.ResponseWriter, r *http.Request) error {
+			h, ok := methods[r.Method]
+			if !ok {
+				w.Header().Set("Allow", strings.Join(allow, ", "))
+				return &httpError{status: http.StatusMethodNotAllowed, body: map[string]any{"error": "405 Not Allowed"}}
+			}
+			return h(w, r)
+		}))
+	}
+	s.mux.Handle("/", s.wrap("unmatched", func(w http.ResponseWriter, r *http.Request) error {
+		return errRouteNotFound
+	}))
+}
+
+// ServeHTTP serves the admin API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// statusWriter remembers the status for logs and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wrap adds what every request gets: a request id, security headers, a body
+// limit, panic recovery, the error mapping, a log line and metrics.
+func (s *Server) wrap(route string, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := newRequestID()
+		r = r.WithContext(context.WithValue(r.Context(), reqIDKey, id))
+		sw := &statusWriter{ResponseWriter: w}
+		hdr := sw.Header()
+		hdr.Set("X-Request-Id", id)
+		hdr.Set("X-Frame-Options", "SAMEORIGIN")
+		hdr.Set("X-Content-Type-Options", "nosniff")
+		hdr.Set("Cache-Control", "no-store")
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(sw, r.Body, s.bodyLimit(r))
+		}
+		defer func() {
+			if rec := recover(); rec != nil {
+				if rec == http.ErrAbortHandler {
+					panic(rec)
+				}
+				writeError(sw, r, s.log, fmt.Errorf("panic: %v", rec))
+			}
+			if sw.status == 0 {
+				sw.status = http.StatusOK
+			}
+			code := strconv.Itoa(sw.status)
+			s.met.requests.WithLabelValues(route, r.Method, code).Inc()
+			s.met.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			s.log.Debug("admin request", "req_id", id, "method", r.Method, "route", route,
+				"status", sw.status, "bytes", sw.bytes, "dur", time.Since(start))
+		}()
+		if err := h(sw, r); err != nil {
+			writeError(sw, r, s.log, err)
+		}
+	})
+}
+
+// bodyLimit is the admin body cap; SBOM uploads get their own larger one.
+func (s *Server) bodyLimit(r *http.Request) int64 {
+	if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/dependencies") {
+		return int64(s.cfg.Admin.MaxSBOMBytes)
+	}
+	return int64(s.cfg.Admin.MaxBodyBytes)
+}
+
+func newRequestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(reqIDKey).(string)
+	return id
+}
+
+// --- authentication helpers ---
+
+// credentials reads every credential the REST API accepts.
+func credentials(r *http.Request) auth.Credentials {
+	c := auth.Credentials{
+		PrivateToken: r.Header.Get("Private-Token"),
+		DeployToken:  r.Header.Get("Deploy-Token"),
+	}
+	if c.PrivateToken == "" {
+		c.PrivateToken = r.URL.Query().Get("private_token")
+	}
+	c.ParseAuthorization(r.Header.Get("Authorization"))
+	if c.Bearer == "" {
+		c.Bearer = r.URL.Query().Get("access_token")
+	}
+	return c
+}
+
+// principal authenticates the caller, who may be anonymous.
+func (s *Server) principal(r *http.Request) (auth.Principal, error) {
+	p, err := s.auth.Authenticate(credentials(r), auth.API)
+	switch {
+	case errors.Is(err, auth.ErrUnauthorized):
+		return p, errUnauthorized
+	case err != nil:
+		return p, err
+	}
+	return p, nil
+}
+
+// Scope sets per kind of request.
+var (
+	readScopes     = []string{store.ScopeAPI, store.ScopeReadAPI}
+	writeScopes    = []string{store.ScopeAPI}
+	readUserScopes = []string{store.ScopeAPI, store.ScopeReadAPI, store.ScopeReadUser}
+)
+
+// authenticate requires a signed-in caller whose token carries one of the
+// scopes: read scopes for GET and HEAD, api otherwise.
+func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return s.authenticateScopes(r, readScopes)
+	}
+	return s.authenticateScopes(r, writeScopes)
+}
+
+func (s *Server) authenticateScopes(r *http.Request, scopes []string) (auth.Principal, error) {
+	p, err := s.principal(r)
+	if err != nil {
+		return p, err
+	}
+	if !p.Authenticated() {
+		return p, errUnauthorized
+	}
+	if !p.HasScope(scopes...) {
+		return p, insufficientScope(strings.Join(scopes, " "))
+	}
+	return p, nil
+}
+
+// requireAdmin allows only instance administrators.
+func (s *Server) requireAdmin(r *http.Request) (auth.Principal, error) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		return p, err
+	}
+	if !p.IsAdmin() {
+		return p, errForbidden
+	}
+	return p, nil
+}

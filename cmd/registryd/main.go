@@ -1,0 +1,262 @@
+// Command registryd is a Maven caching proxy and virtual registry with a
+// GitLab-compatible management API. main only wires: parse flags, load
+// config, open the store, start the listeners, and stop in reverse.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"registryd/admin"
+	"registryd/auth"
+	"registryd/config"
+	"registryd/proxy"
+	"registryd/proxy/upstream"
+	"registryd/store"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `registryd: a Maven caching proxy and virtual registry with a GitLab-compatible API.
+
+Usage:
+  registryd serve [--config FILE]   start the daemon (FILE may also come from REGISTRYD_CONFIG)
+  registryd version                 print the version
+  registryd help                    print this help
+
+Configuration: embedded defaults, then the YAML file, then REGISTRYD_<SECTION>_<KEY>
+environment variables (for example REGISTRYD_DATA_DIR, REGISTRYD_PROXY_LISTEN,
+REGISTRYD_ADMIN_LISTEN, REGISTRYD_EXTERNAL_URL, REGISTRYD_ROOT_TOKEN).
+See docs/operations.md for every setting.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "registryd", version)
+		return 0
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "serve":
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		configPath := fs.String("config", os.Getenv("REGISTRYD_CONFIG"), "YAML configuration file")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "registryd serve: unexpected argument %q\n", fs.Arg(0))
+			return 2
+		}
+		cfg, err := config.Load(*configPath, os.Environ())
+		if err != nil {
+			fmt.Fprintf(stderr, "registryd: %v\n", err)
+			return 1
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := serve(ctx, cfg, stderr); err != nil {
+			fmt.Fprintf(stderr, "registryd: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "registryd: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs registryd until ctx is cancelled, then stops gracefully.
+func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
+	log := newLogger(cfg, logw)
+	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	key, err := secretKey(cfg)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(cfg.Data.Dir, store.Options{SecretKey: key})
+	if err != nil {
+		return err
+	}
+	var storeOpen atomic.Bool
+	storeOpen.Store(true)
+	defer func() {
+		storeOpen.Store(false)
+		if err := st.Close(); err != nil {
+			log.Error("closing the store", "err", err)
+		}
+	}()
+	if err := bootstrapRoot(cfg, st, log); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authSvc := auth.New(st, cfg, nil)
+	upClient := upstream.New(upstream.Options{
+		AllowLocalNetwork: cfg.Upstreams.AllowLocalNetwork,
+		ConnectTimeout:    cfg.Upstreams.ConnectTimeout,
+		HeaderTimeout:     cfg.Upstreams.HeaderTimeout,
+		CheckTimeout:      cfg.Upstreams.CheckTimeout,
+		MaxRedirects:      cfg.Upstreams.MaxRedirects,
+		Logger:            log,
+	})
+
+	// Bind both listeners before serving anything, so a taken port fails
+	// the start as a whole.
+	proxyLn, err := net.Listen("tcp", cfg.Proxy.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy listener: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		proxyLn.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
+
+	var serving atomic.Bool
+	ready := func() error {
+		switch {
+		case !storeOpen.Load():
+			return errors.New("store closed")
+		case !serving.Load():
+			return errors.New("listeners not serving")
+		}
+		return nil
+	}
+	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Logger: log,
+		Registerer: reg, Gatherer: reg, Ready: ready})
+	if err != nil {
+		return err
+	}
+	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Logger: log,
+		Registerer: reg})
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{
+		Handler:           adminSrv,
+		ReadTimeout:       cfg.Admin.ReadTimeout,
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      cfg.Admin.WriteTimeout,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	errc := make(chan error, 3)
+	go func() { errc <- proxySrv.Serve(proxyLn) }()
+	go func() { errc <- httpSrv.Serve(adminLn) }()
+	if cfg.Admin.PprofListen != "" {
+		go func() { errc <- servePprof(cfg.Admin.PprofListen) }()
+	}
+	serving.Store(true)
+	log.Info("registryd started", "version", version, "proxy", proxyLn.Addr().String(),
+		"admin", adminLn.Addr().String(), "data_dir", cfg.Data.Dir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.Shutdown.Timeout)
+	case runErr = <-errc:
+		log.Error("listener failed", "err", runErr)
+	}
+	serving.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		log.Warn("admin listener did not drain in time", "err", err)
+	}
+	if err := proxySrv.Shutdown(sctx); err != nil {
+		log.Warn("proxy listener did not drain in time", "err", err)
+	}
+	log.Info("registryd stopped")
+	return runErr
+}
+
+// secretKey is the configured key, or DATA_DIR/secrets.key created on first start.
+func secretKey(cfg config.Config) ([]byte, error) {
+	if cfg.Secrets.Key != "" {
+		return config.DecodeKey(cfg.Secrets.Key)
+	}
+	return store.LoadOrCreateSecret(cfg.Path("secrets.key"), 32)
+}
+
+// bootstrapRoot creates root and its first token on an empty data dir. The
+// token is REGISTRYD_ROOT_TOKEN when set, else random and written to
+// DATA_DIR/initial_root_token; the log says where, never the value.
+func bootstrapRoot(cfg config.Config, st *store.Store, log *slog.Logger) error {
+	if st.Initialized() {
+		return nil
+	}
+	token, path := cfg.Root.Token, cfg.Path("initial_root_token")
+	if token == "" {
+		token = auth.NewTokenValue("rdpat-")
+		// The file is written before root exists: a crash in between leaves a
+		// file that the next start overwrites with the token it stores.
+		if err := store.WriteFileAtomic(path, []byte(token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("writing the initial root token: %w", err)
+		}
+	}
+	created, err := st.EnsureRoot(token)
+	if err != nil {
+		return fmt.Errorf("creating the root user: %w", err)
+	}
+	switch {
+	case !created:
+	case cfg.Root.Token != "":
+		log.Info("created the admin user root with the token from REGISTRYD_ROOT_TOKEN")
+	default:
+		abs, _ := filepath.Abs(path)
+		log.Info("created the admin user root; its personal access token is in this file", "file", abs)
+	}
+	return nil
+}
+
+func servePprof(addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}

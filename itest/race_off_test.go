@@ -1,0 +1,5 @@
+//go:build !race
+
+package itest
+
+const raceEnabled = false
