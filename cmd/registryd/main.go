@@ -135,7 +135,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		ConnectTimeout:    cfg.Upstreams.ConnectTimeout,
 		HeaderTimeout:     cfg.Upstreams.HeaderTimeout,
 		CheckTimeout:      cfg.Upstreams.CheckTimeout,
-		MaxRedirects:      cfg.Upstreams.MaxRedirects,
+		MaxRedirects:      redirects(cfg.Upstreams.MaxRedirects),
 		Logger:            log,
 	})
 
@@ -209,6 +209,15 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	}
 	log.Info("registryd stopped")
 	return runErr
+}
+
+// redirects maps the config's "0 = follow none" onto the client's convention,
+// where zero means its default and a negative value means none.
+func redirects(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // secretKey is the configured key, or DATA_DIR/secrets.key created on first start.
