@@ -53,8 +53,14 @@ func refsAdd(tx *bolt.Tx, sha string, delta int64) (int64, error) {
 // A replaced entry keeps its creation time and download count. The blob must
 // already be durable in the blob store.
 func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
+	now := s.clock()
+	err := s.update(false, true, func(tx *bolt.Tx) error { return putCacheEntryTx(tx, &e, now) })
+	return e, err
+}
+
+func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 	if e.RelativePath == "" || e.RelativePath[0] != '/' || len(e.RelativePath) > MaxRelativePath {
-		return e, invalid("relative_path", "is invalid")
+		return invalid("relative_path", "is invalid")
 	}
 	if len(e.ETag) > MaxETag {
 		e.ETag = ""
@@ -62,33 +68,29 @@ func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
 	if len(e.ContentType) > MaxContentType {
 		e.ContentType = "application/octet-stream"
 	}
-	now := s.clock()
-	err := s.update(false, true, func(tx *bolt.Tx) error {
-		var u Upstream
-		if !getJSON(tx.Bucket(bktUpstreams), itob(e.UpstreamID), &u) {
-			return notFound("Upstream")
+	var u Upstream
+	if !getJSON(tx.Bucket(bktUpstreams), itob(e.UpstreamID), &u) {
+		return notFound("Upstream")
+	}
+	e.GroupID = u.GroupID
+	b := tx.Bucket(bktCacheEntries)
+	key := cacheKey(e.UpstreamID, e.RelativePath)
+	var old CacheEntry
+	e.CreatedAt, e.UpdatedAt = now, now
+	if getJSON(b, key, &old) {
+		e.CreatedAt = old.CreatedAt
+		e.DownloadsCount += old.DownloadsCount
+		if e.DownloadedAt == nil {
+			e.DownloadedAt = old.DownloadedAt
 		}
-		e.GroupID = u.GroupID
-		b := tx.Bucket(bktCacheEntries)
-		key := cacheKey(e.UpstreamID, e.RelativePath)
-		var old CacheEntry
-		e.CreatedAt, e.UpdatedAt = now, now
-		if getJSON(b, key, &old) {
-			e.CreatedAt = old.CreatedAt
-			e.DownloadsCount += old.DownloadsCount
-			if e.DownloadedAt == nil {
-				e.DownloadedAt = old.DownloadedAt
-			}
-			if _, err := refsAdd(tx, old.SHA256, -1); err != nil {
-				return err
-			}
-		}
-		if _, err := refsAdd(tx, e.SHA256, 1); err != nil {
+		if _, err := refsAdd(tx, old.SHA256, -1); err != nil {
 			return err
 		}
-		return putJSON(b, key, e)
-	})
-	return e, err
+	}
+	if _, err := refsAdd(tx, e.SHA256, 1); err != nil {
+		return err
+	}
+	return putJSON(b, key, e)
 }
 
 // CacheEntry returns the live entry for (upstream, relative path).

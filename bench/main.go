@@ -1,0 +1,274 @@
+// Command bench measures registryd head to head against the fastest thing a
+// user could put in front of their builds instead: nginx serving the same
+// files from disk, and nginx's caching proxy (proxy_cache with
+// proxy_cache_lock). Every figure is a median of rounds that alternate
+// registryd and the baseline in the same run, reported as a ratio: these
+// machines are shared and noisy, so an absolute number means little.
+//
+//	go run ./bench [-rounds 3] [-duration 5s] [-only a,b,c] [-out bench/out/latest.json]
+//
+// It installs nothing: without nginx the baseline is a Go static server and
+// the proxy_cache comparisons are skipped; without wrk the load comes from a
+// built-in Go client. It says what it skipped.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type options struct {
+	rounds   int
+	duration time.Duration
+	only     map[string]bool
+	out      string
+	keep     bool
+	scaleN   int
+}
+
+func main() {
+	var o options
+	var only string
+	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds per comparison (medians are reported)")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one load run")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..g); default all")
+	flag.StringVar(&o.out, "out", "bench/out/latest.json", "where to write the JSON results")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	flag.IntVar(&o.scaleN, "scale-entries", 1_000_000, "cache entries for the scale scenario")
+	flag.Parse()
+	if only != "" {
+		o.only = map[string]bool{}
+		for _, s := range strings.Split(only, ",") {
+			o.only[strings.TrimSpace(s)] = true
+		}
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// figure is one comparison. Ratio is registryd / baseline; Better says which
+// direction wins ("higher" for rates, "lower" for times and sizes).
+type figure struct {
+	Scenario  string    `json:"scenario"`
+	Name      string    `json:"name"`
+	Unit      string    `json:"unit"`
+	Registryd float64   `json:"registryd"`
+	Baseline  float64   `json:"baseline,omitempty"`
+	Against   string    `json:"against,omitempty"`
+	Ratio     float64   `json:"ratio,omitempty"`
+	Better    string    `json:"better"`
+	Goal      string    `json:"goal,omitempty"`
+	Met       *bool     `json:"met,omitempty"`
+	Samples   []float64 `json:"samples_registryd,omitempty"`
+	BSamples  []float64 `json:"samples_baseline,omitempty"`
+	Note      string    `json:"note,omitempty"`
+}
+
+type report struct {
+	When    time.Time         `json:"when"`
+	Machine map[string]string `json:"machine"`
+	Tools   map[string]string `json:"tools"`
+	Skipped []string          `json:"skipped,omitempty"`
+	Figures []figure          `json:"figures"`
+}
+
+// bench is the state shared by the scenarios.
+type bench struct {
+	o      options
+	work   string
+	root   string // origin document root
+	origin *origin
+	reg    *daemon
+	load   *loader
+	rep    *report
+}
+
+func run(o options) error {
+	work, err := os.MkdirTemp("", "registryd-bench-")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return err
+	}
+	if !o.keep {
+		defer os.RemoveAll(work)
+	}
+	b := &bench{o: o, work: work, root: filepath.Join(work, "origin"), rep: &report{
+		When: time.Now().UTC(), Machine: machine(), Tools: map[string]string{},
+	}}
+	_, nginxErr := exec.LookPath("nginx")
+	_, wrkErr := exec.LookPath("wrk")
+	if nginxErr != nil {
+		b.skip("nginx is not installed: the baseline is a Go static server, and the proxy_cache comparisons (d, g) are skipped (apt-get install nginx)")
+	}
+	if wrkErr != nil {
+		b.skip("wrk is not installed: load comes from the built-in Go client (apt-get install wrk)")
+	}
+	b.rep.Tools["baseline"] = map[bool]string{true: "nginx", false: "go static server"}[nginxErr == nil]
+	b.rep.Tools["load"] = map[bool]string{true: "wrk -t1", false: "go client"}[wrkErr == nil]
+
+	fmt.Fprintln(os.Stderr, "bench: writing the origin files")
+	if err := b.makeOrigin(); err != nil {
+		return err
+	}
+	if b.origin, err = startOrigin(b.root, work, nginxErr == nil); err != nil {
+		return err
+	}
+	defer b.origin.stop()
+	if b.load, err = newLoader(work, wrkErr == nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "bench: building and starting registryd")
+	bin, err := buildRegistryd(work)
+	if err != nil {
+		return err
+	}
+	b.reg = &daemon{bin: bin, dataDir: filepath.Join(work, "data")}
+	if err := b.reg.start(); err != nil {
+		return err
+	}
+	defer func() { b.reg.stop() }()
+	if err := b.reg.setup(b.origin.URL); err != nil {
+		return err
+	}
+
+	scenarios := []struct {
+		id  string
+		fn  func() error
+		doc string
+	}{
+		{"a", b.smallHits, "cache-hit requests/s, random 1 KB artifacts out of 1,000, 32 connections"},
+		{"b", b.bigHits, "cache-hit throughput of a 64 MB artifact, 1 and 4 connections"},
+		{"c", b.coldMiss, "cold miss of a 64 MB artifact: total time and time to first byte"},
+		{"d", b.herds, "herds of 32 and 256 cold requests for one file (1 KB and 64 MB)"},
+		{"e", b.peakMemory, "peak RSS while 50 clients download the 64 MB artifact"},
+		{"g", b.replay, "replay of a Maven build's request mix against nginx proxy_cache"},
+		{"f", b.scale, "1M cache entries: hit rate, start-up, searches"},
+	}
+	for _, s := range scenarios {
+		if b.o.only != nil && !b.o.only[s.id] {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s) %s\n", s.id, s.doc)
+		if err := s.fn(); err != nil {
+			return fmt.Errorf("scenario %s: %w", s.id, err)
+		}
+	}
+	b.print()
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(b.rep, "", "  ")
+	return os.WriteFile(o.out, append(raw, '\n'), 0o644)
+}
+
+func (b *bench) skip(why string) {
+	b.rep.Skipped = append(b.rep.Skipped, why)
+	fmt.Fprintln(os.Stderr, "bench: skipped:", why)
+}
+
+func (b *bench) add(f figure) {
+	if f.Baseline != 0 {
+		f.Ratio = f.Registryd / f.Baseline
+	}
+	b.rep.Figures = append(b.rep.Figures, f)
+	fmt.Fprintf(os.Stderr, "bench:   %-52s %s\n", f.Name, f.line())
+}
+
+func (f figure) line() string {
+	s := fmt.Sprintf("%12s %s", fmtNum(f.Registryd), f.Unit)
+	if f.Baseline != 0 {
+		s += fmt.Sprintf("  vs %s %s  ratio %.2f", f.Against, fmtNum(f.Baseline), f.Ratio)
+	}
+	if f.Goal != "" {
+		met := "MET"
+		if f.Met != nil && !*f.Met {
+			met = "NOT MET"
+		}
+		s += fmt.Sprintf("  goal %s: %s", f.Goal, met)
+	}
+	return s
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2fG", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func (b *bench) print() {
+	fmt.Println()
+	fmt.Printf("registryd bench, %s, %s, %s cores, baseline %s, load %s\n",
+		b.rep.When.Format(time.RFC3339), b.rep.Machine["cpu"], b.rep.Machine["cores"], b.rep.Tools["baseline"], b.rep.Tools["load"])
+	fmt.Printf("%-3s %-55s %14s %14s %8s  %s\n", "", "figure", "registryd", "baseline", "ratio", "goal")
+	for _, f := range b.rep.Figures {
+		base, ratio := "", ""
+		if f.Baseline != 0 {
+			base = fmtNum(f.Baseline)
+			ratio = fmt.Sprintf("%.2f", f.Ratio)
+		}
+		goal := f.Goal
+		if f.Met != nil {
+			goal += map[bool]string{true: " met", false: " NOT met"}[*f.Met]
+		}
+		fmt.Printf("%-3s %-55s %14s %14s %8s  %s\n", f.Scenario, f.Name+" ("+f.Unit+")", fmtNum(f.Registryd), base, ratio, goal)
+	}
+	for _, s := range b.rep.Skipped {
+		fmt.Println("skipped:", s)
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func met(ok bool) *bool { return &ok }
+
+func machine() map[string]string {
+	m := map[string]string{
+		"cores": fmt.Sprint(runtime.NumCPU()),
+		"os":    runtime.GOOS + "/" + runtime.GOARCH,
+		"go":    runtime.Version(),
+	}
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				if _, v, ok := strings.Cut(line, ":"); ok {
+					m["cpu"] = strings.TrimSpace(v)
+					break
+				}
+			}
+		}
+	}
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if line, _, ok := strings.Cut(string(raw), "\n"); ok {
+			m["memory"] = strings.Join(strings.Fields(line)[1:], " ")
+		}
+	}
+	if h, err := os.Hostname(); err == nil {
+		m["host"] = h
+	}
+	return m
+}

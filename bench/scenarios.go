@@ -1,0 +1,385 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	smallCount = 1000
+	smallSize  = 1 << 10
+	bigSize    = 64 << 20
+	bigPath    = "/org/bench/big/big/1.0/big-1.0.jar"
+	smallFirst = "/org/bench/small/lib0/1.0/lib0-1.0.jar"
+)
+
+func smallPath(i int) string { return fmt.Sprintf("/org/bench/small/lib%d/1.0/lib%d-1.0.jar", i, i) }
+
+func writeRandom(path string, size int) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, int64(size)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// link makes rel (a fresh URL path) serve the same bytes as src, so cold
+// scenarios get a new path each round without writing 64 MB again.
+func (b *bench) link(src, rel string) error {
+	dst := filepath.Join(b.root, rel)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.Link(filepath.Join(b.root, src), dst)
+}
+
+func (b *bench) makeOrigin() error {
+	for i := 0; i < smallCount; i++ {
+		if err := writeRandom(filepath.Join(b.root, smallPath(i)), smallSize); err != nil {
+			return err
+		}
+	}
+	if err := writeRandom(filepath.Join(b.root, bigPath), bigSize); err != nil {
+		return err
+	}
+	return b.makeReplay()
+}
+
+// replayPaths is a Maven build's request mix: for each artifact its POM, the
+// POM's .sha1, the JAR and the JAR's .sha1, in that order (Maven 3.8's order).
+var replayPaths []string
+
+// makeReplay copies Debian's Maven repository (POMs and the JARs they point
+// at, symlinks followed) under the origin and writes .sha1 files, which
+// Debian does not ship.
+func (b *bench) makeReplay() error {
+	const src = "/usr/share/maven-repo"
+	if _, err := os.Stat(src); err != nil {
+		b.skip("no " + src + ": the replay (g) uses the 1 KB artifacts instead")
+		for i := 0; i < 200; i++ {
+			replayPaths = append(replayPaths, smallPath(i))
+		}
+		return nil
+	}
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".pom") || len(replayPaths) >= 1200 {
+			return nil
+		}
+		rel := strings.TrimPrefix(p, src)
+		files := []string{rel}
+		if jar := strings.TrimSuffix(rel, ".pom") + ".jar"; fileExists(src + jar) {
+			files = append(files, jar)
+		}
+		for _, f := range files {
+			raw, err := os.ReadFile(src + f)
+			if err != nil {
+				return nil
+			}
+			dst := filepath.Join(b.root, f)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(dst, raw, 0o644); err != nil {
+				return err
+			}
+			sum := sha1.Sum(raw)
+			if err := os.WriteFile(dst+".sha1", []byte(hex.EncodeToString(sum[:])), 0o644); err != nil {
+				return err
+			}
+			replayPaths = append(replayPaths, f, f+".sha1")
+		}
+		return nil
+	})
+	return err
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// warm fetches every path once through base, 16 at a time.
+func warm(base, auth string, paths []string) error {
+	client := newClient(16)
+	sem := make(chan struct{}, 16)
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for _, p := range paths {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(p string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t, err := timed(client, base+p, auth)
+			if err == nil && t.Status != 200 {
+				err = fmt.Errorf("GET %s: status %d", p, t.Status)
+			}
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(p)
+	}
+	wg.Wait()
+	return first
+}
+
+func smallPaths() []string {
+	out := make([]string, smallCount)
+	for i := range out {
+		out[i] = smallPath(i)
+	}
+	return out
+}
+
+// alternate runs the registryd and baseline measurements in turns and
+// returns both sample lists.
+func (b *bench) alternate(reg, base func() (float64, error)) ([]float64, []float64, error) {
+	var rs, bs []float64
+	for i := 0; i < b.o.rounds; i++ {
+		r, err := reg()
+		if err != nil {
+			return nil, nil, err
+		}
+		bl, err := base()
+		if err != nil {
+			return nil, nil, err
+		}
+		rs, bs = append(rs, r), append(bs, bl)
+	}
+	return rs, bs, nil
+}
+
+var smallHitRate float64 // scenario a's registryd median, the 1k-entry rate of f
+
+// a) cache hits of random 1 KB artifacts.
+func (b *bench) smallHits() error {
+	paths := smallPaths()
+	if err := warm(b.reg.base(), b.reg.BasicAuth, paths); err != nil {
+		return err
+	}
+	rs, bs, err := b.alternate(
+		func() (float64, error) {
+			return b.load.rps(b.reg.base(), paths, b.reg.BasicAuth, 32, b.o.duration, false)
+		},
+		func() (float64, error) { return b.load.rps(b.origin.URL, paths, "", 32, b.o.duration, false) },
+	)
+	if err != nil {
+		return err
+	}
+	f := figure{Scenario: "a", Name: "hits, random 1 KB of 1,000, 32 conns", Unit: "req/s", Better: "higher",
+		Registryd: median(rs), Baseline: median(bs), Against: b.rep.Tools["baseline"] + " static",
+		Samples: rs, BSamples: bs, Goal: ">= 1.0x"}
+	f.Met = met(f.Registryd >= f.Baseline)
+	smallHitRate = f.Registryd
+	b.add(f)
+	return nil
+}
+
+// b) throughput of a cached 64 MB artifact.
+func (b *bench) bigHits() error {
+	if err := warm(b.reg.base(), b.reg.BasicAuth, []string{bigPath}); err != nil {
+		return err
+	}
+	for _, conns := range []int{1, 4} {
+		rs, bs, err := b.alternate(
+			func() (float64, error) {
+				return b.load.throughput(b.reg.base()+bigPath, b.reg.BasicAuth, conns, b.o.duration)
+			},
+			func() (float64, error) { return b.load.throughput(b.origin.URL+bigPath, "", conns, b.o.duration) },
+		)
+		if err != nil {
+			return err
+		}
+		f := figure{Scenario: "b", Name: fmt.Sprintf("hit throughput, 64 MB, %d conn", conns), Unit: "B/s",
+			Better: "higher", Registryd: median(rs), Baseline: median(bs), Against: b.rep.Tools["baseline"] + " static",
+			Samples: rs, BSamples: bs, Goal: ">= 0.95x"}
+		f.Met = met(f.Registryd >= 0.95*f.Baseline)
+		b.add(f)
+	}
+	return nil
+}
+
+// c) a cold miss of 64 MB through registryd against the same file directly.
+func (b *bench) coldMiss() error {
+	client := newClient(1)
+	var rt, bt, rf, bf []float64
+	for i := 0; i < b.o.rounds; i++ {
+		rp := fmt.Sprintf("/org/bench/cold/r%d/1.0/r%d-1.0.jar", i, i)
+		dp := fmt.Sprintf("/org/bench/cold/d%d/1.0/d%d-1.0.jar", i, i)
+		if err := b.link(bigPath, rp); err != nil {
+			return err
+		}
+		if err := b.link(bigPath, dp); err != nil {
+			return err
+		}
+		r, err := timed(client, b.reg.base()+rp, b.reg.BasicAuth)
+		if err != nil || r.Status != 200 || r.Bytes != bigSize {
+			return fmt.Errorf("cold miss through registryd: %v (status %d, %d bytes)", err, r.Status, r.Bytes)
+		}
+		d, err := timed(client, b.origin.URL+dp, "")
+		if err != nil || d.Status != 200 {
+			return fmt.Errorf("direct download: %v", err)
+		}
+		rt, bt = append(rt, r.Total.Seconds()), append(bt, d.Total.Seconds())
+		rf, bf = append(rf, r.TTFB.Seconds()), append(bf, d.TTFB.Seconds())
+	}
+	f := figure{Scenario: "c", Name: "cold miss, 64 MB, total time", Unit: "s", Better: "lower",
+		Registryd: median(rt), Baseline: median(bt), Against: "direct from origin", Samples: rt, BSamples: bt, Goal: "<= 1.05x"}
+	f.Met = met(f.Registryd <= 1.05*f.Baseline)
+	b.add(f)
+	b.add(figure{Scenario: "c", Name: "cold miss, 64 MB, time to first byte", Unit: "s", Better: "lower",
+		Registryd: median(rf), Baseline: median(bf), Against: "direct from origin", Samples: rf, BSamples: bf})
+	return nil
+}
+
+// d) herds of concurrent cold requests for one file.
+func (b *bench) herds() error {
+	sizes := []struct {
+		name, src string
+	}{{"1 KB", smallFirst}, {"64 MB", bigPath}}
+	for _, size := range sizes {
+		for _, n := range []int{32, 256} {
+			tag := fmt.Sprintf("%d-%s", n, strings.ReplaceAll(size.name, " ", ""))
+			rp := fmt.Sprintf("/org/bench/herd/r%s/1.0/r%s-1.0.jar", tag, tag)
+			if err := b.link(size.src, rp); err != nil {
+				return err
+			}
+			rt, err := herd(b.reg.base()+rp, b.reg.BasicAuth, n)
+			if err != nil {
+				return err
+			}
+			name := fmt.Sprintf("herd %d x %s", n, size.name)
+			fetches := float64(b.origin.fetches(rp))
+			fig := figure{Scenario: "d", Name: name + ": upstream fetches", Unit: "fetches", Better: "lower",
+				Registryd: fetches, Goal: "exactly 1", Met: met(fetches == 1)}
+			var nt []timing
+			if b.origin.CacheURL != "" {
+				np := fmt.Sprintf("/org/bench/herd/n%s/1.0/n%s-1.0.jar", tag, tag)
+				if err := b.link(size.src, np); err != nil {
+					return err
+				}
+				if nt, err = herd(b.origin.CacheURL+np, "", n); err != nil {
+					return err
+				}
+				fig.Baseline, fig.Against = float64(b.origin.fetches(np)), "nginx proxy_cache_lock"
+			}
+			b.add(fig)
+			for _, p := range []struct {
+				label string
+				q     float64
+			}{{"p50", 0.5}, {"p99", 0.99}, {"max", 1}} {
+				f := figure{Scenario: "d", Name: name + ": " + p.label + " latency", Unit: "s", Better: "lower",
+					Registryd: percentile(rt, p.q).Seconds()}
+				if nt != nil {
+					f.Baseline, f.Against = percentile(nt, p.q).Seconds(), "nginx proxy_cache_lock"
+					if p.label == "max" {
+						f.Goal = "well under nginx"
+						f.Met = met(f.Registryd < f.Baseline)
+					}
+				}
+				b.add(f)
+			}
+		}
+	}
+	if b.origin.CacheURL == "" {
+		b.skip("herd baselines need nginx proxy_cache")
+	}
+	return nil
+}
+
+// e) peak RSS while 50 clients download the 64 MB artifact, cold and then hot.
+func (b *bench) peakMemory() error {
+	p := "/org/bench/rss/big/1.0/big-1.0.jar"
+	if err := b.link(bigPath, p); err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	peak := peakRSS(b.reg.pid(), stop)
+	_, err1 := herd(b.reg.base()+p, b.reg.BasicAuth, 50)
+	_, err2 := herd(b.reg.base()+p, b.reg.BasicAuth, 50)
+	close(stop)
+	v := <-peak
+	if err1 != nil {
+		return err1
+	}
+	if err2 != nil {
+		return err2
+	}
+	b.add(figure{Scenario: "e", Name: "peak RSS, 50 clients x 64 MB (cold, then hits)", Unit: "MB", Better: "lower",
+		Registryd: float64(v) / (1 << 20), Goal: "<= 100 MB", Met: met(v <= 100<<20)})
+	return nil
+}
+
+// g) a Maven build's request mix replayed in order through registryd and
+// through nginx proxy_cache, both warm.
+func (b *bench) replay() error {
+	if b.origin.CacheURL == "" {
+		b.skip("replay (g) compares with nginx proxy_cache")
+		return nil
+	}
+	if err := warm(b.reg.base(), b.reg.BasicAuth, replayPaths); err != nil {
+		return err
+	}
+	if err := warm(b.origin.CacheURL, "", replayPaths); err != nil {
+		return err
+	}
+	rs, bs, err := b.alternate(
+		func() (float64, error) {
+			return b.load.rps(b.reg.base(), replayPaths, b.reg.BasicAuth, 8, b.o.duration, true)
+		},
+		func() (float64, error) { return b.load.rps(b.origin.CacheURL, replayPaths, "", 8, b.o.duration, true) },
+	)
+	if err != nil {
+		return err
+	}
+	f := figure{Scenario: "g", Name: fmt.Sprintf("Maven build replay (%d requests), 8 conns", len(replayPaths)),
+		Unit: "req/s", Better: "higher", Registryd: median(rs), Baseline: median(bs), Against: "nginx proxy_cache",
+		Samples: rs, BSamples: bs, Goal: ">= 1.0x"}
+	f.Met = met(f.Registryd >= f.Baseline)
+	b.add(f)
+	return nil
+}
+
+// timeGET is the median time of n GETs of an admin API path as root.
+func (b *bench) timeGET(path string, n int) (time.Duration, error) {
+	client := newClient(1)
+	var ds []float64
+	for i := 0; i < n; i++ {
+		req, _ := http.NewRequest("GET", b.reg.Admin+"/api/v4"+path, nil)
+		req.Header.Set("PRIVATE-TOKEN", benchRootToken)
+		start := time.Now()
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			return 0, fmt.Errorf("GET %s: %d", path, res.StatusCode)
+		}
+		ds = append(ds, time.Since(start).Seconds())
+	}
+	return time.Duration(median(ds) * float64(time.Second)), nil
+}
