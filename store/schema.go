@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"strings"
+	"time"
 )
 
 // Bucket names. Every bucket registryd uses is listed here, created on open,
@@ -43,6 +44,25 @@ var (
 	bktCacheEntries = []byte("cache_entries") // upstream id + relative path -> CacheEntry
 	bktCachePending = []byte("cache_pending") // pending seq -> pendingEntry (marked for destruction)
 	bktBlobRefs     = []byte("blob_refs")     // sha256 hex -> reference count (uint64)
+	// Live entries newest first: upstream id + ^created_at ms + relative path -> nil.
+	// Listing pages and substring searches walk these keys without decoding a record.
+	bktCacheByTime = []byte("cache_by_time")
+
+	// Dependency lists: one per project, replaced whole by an SBOM upload.
+	bktDependencies = []byte("dependencies")           // project id + position -> Dependency
+	bktDepsByPM     = []byte("dependencies_by_pm")     // project id + package manager + 0 + position -> nil
+	bktDepLists     = []byte("dependency_lists")       // project id -> DependencyList (counts)
+	bktVulns        = []byte("vulnerabilities")        // id -> Vulnerability
+	bktVulnsByKey   = []byte("vulnerabilities_by_key") // project id + external id -> vulnerability id
+
+	// Activity events. Index values are the event's fixed header (see
+	// events.go) so that filters are evaluated without decoding records.
+	bktEvents             = []byte("events")                // id -> header + Event
+	bktEventsByProject    = []byte("events_by_project")     // project id + event id -> header
+	bktEventsByAuthor     = []byte("events_by_author")      // author id + event id -> header
+	bktEventsByProjectAct = []byte("events_by_project_act") // project id + action + event id -> header
+	bktEventsByAuthorAct  = []byte("events_by_author_act")  // author id + action + event id -> header
+	bktEventCounts        = []byte("event_counts")          // see eventCountKey -> count (uint64)
 )
 
 var allBuckets = [][]byte{
@@ -52,13 +72,16 @@ var allBuckets = [][]byte{
 	bktGroups, bktGroupsByPath, bktGroupChildren, bktProjects, bktProjectsPath, bktGroupProjects,
 	bktGroupMembers, bktProjectMembers, bktUserGroups, bktUserProjects,
 	bktRegistries, bktGroupRegs, bktUpstreams, bktGroupUpstreams, bktAssocs, bktRegAssocs, bktUpAssocs,
-	bktCacheEntries, bktCachePending, bktBlobRefs,
+	bktCacheEntries, bktCachePending, bktBlobRefs, bktCacheByTime,
+	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
+	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
 }
 
 // Keys in the meta bucket.
 var (
 	metaSchemaVersion = []byte("schema_version")
 	metaInitialized   = []byte("initialized")
+	metaKeyCheck      = []byte("key_check") // a known value sealed with the secret key
 )
 
 const schemaVersion = 1
@@ -86,6 +109,16 @@ func cacheKey(upstreamID int64, rel string) []byte {
 	k := make([]byte, 8+len(rel))
 	binary.BigEndian.PutUint64(k, uint64(upstreamID))
 	copy(k[8:], rel)
+	return k
+}
+
+// cacheTimeKey orders an upstream's entries newest first (the creation time in
+// milliseconds, bit-inverted), then by path.
+func cacheTimeKey(upstreamID int64, created time.Time, rel string) []byte {
+	k := make([]byte, 16+len(rel))
+	binary.BigEndian.PutUint64(k, uint64(upstreamID))
+	binary.BigEndian.PutUint64(k[8:], ^uint64(created.UnixMilli()))
+	copy(k[16:], rel)
 	return k
 }
 
