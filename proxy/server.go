@@ -1,13 +1,27 @@
 // Package proxy is the download listener (fasthttp): Maven clients GET and
 // HEAD artifacts of a virtual registry here, resolved across its ordered
-// upstreams through the content-addressed cache.
+// upstreams through the content-addressed cache; gateways POST uploads.
+//
+// The fasthttp contract holds throughout: nothing keeps the RequestCtx or
+// its byte slices after a handler returns. maven.Classify returns substrings
+// of the request path; whatever outlives the request (LRU keys, fill keys,
+// download counters) is copied first.
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"sync"
+	"time"
+	"unsafe"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
@@ -17,49 +31,220 @@ import (
 	"registryd/store"
 )
 
+// Fetcher is what the proxy needs of the upstream client.
+type Fetcher interface {
+	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+}
+
 // Deps are the proxy listener's collaborators.
 type Deps struct {
-	Config     config.Config
-	Store      *store.Store
-	Auth       *auth.Service
-	Upstream   *upstream.Client
-	Logger     *slog.Logger
+	Config   config.Config
+	Store    *store.Store
+	Blobs    *store.Blobs
+	Auth     *auth.Service
+	Upstream Fetcher
+	Logger   *slog.Logger
+	// Registerer receives the proxy, cache, upstream and collector metrics.
 	Registerer prometheus.Registerer
+	// GatewaySecret verifies the HS256 Svc-Gateway-Api-Request JWT of uploads.
+	GatewaySecret []byte
+	// Now is the clock of freshness decisions; tests inject one. Default time.Now.
+	Now func() time.Time
 }
 
-// Server is the proxy listener.
+// Sizes of the in-memory resolution caches. Both are validated against
+// store.CacheGeneration on every use, so their size bounds memory, not
+// staleness.
+const (
+	registryCacheSize = 1024
+	entryCacheSize    = 32768
+)
+
+// Server is the proxy listener plus the background work of the cache: the
+// download-count flusher and the collector.
 type Server struct {
-	cfg config.Config
-	log *slog.Logger
-	srv *fasthttp.Server
+	cfg      config.Config
+	st       *store.Store
+	blobs    *store.Blobs
+	auth     *auth.Service
+	up       Fetcher
+	log      *slog.Logger
+	met      *metrics
+	now      func() time.Time
+	secret   []byte
+	maxFile  int64
+	idPrefix string
+	srv      *fasthttp.Server
+
+	regs    *lru.Cache[int64, *registryView]
+	entries *lru.Cache[entryKey, *entryView]
+
+	flightsMu sync.Mutex
+	flights   map[flightKey]*flight
+	closing   bool
+	fills     sync.WaitGroup
+	fillCtx   context.Context
+	fillStop  context.CancelFunc
+
+	downloads *downloadCounter
+
+	// onJoin, when set (by tests), runs whenever a request joins a flight.
+	onJoin func()
+
+	bgMu          sync.Mutex
+	flusherStop   chan struct{}
+	flusherDone   chan struct{}
+	collectorStop chan struct{}
+	collectorDone chan struct{}
 }
 
-// New builds the proxy server with explicit limits.
+// New builds the proxy server with explicit limits. It starts nothing: call
+// Serve for the listener and Start for the background work.
 func New(d Deps) (*Server, error) {
-	s := &Server{cfg: d.Config, log: d.Logger}
+	if d.Store == nil || d.Blobs == nil || d.Auth == nil || d.Upstream == nil {
+		return nil, errors.New("proxy: Store, Blobs, Auth and Upstream are required")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if len(d.GatewaySecret) == 0 {
+		return nil, errors.New("proxy: a gateway secret is required")
+	}
+	var pfx [4]byte
+	if _, err := rand.Read(pfx[:]); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: d.Config, st: d.Store, blobs: d.Blobs, auth: d.Auth, up: d.Upstream, log: d.Logger,
+		now: d.Now, secret: d.GatewaySecret, maxFile: int64(d.Config.Cache.MaxFileBytes),
+		idPrefix: hex.EncodeToString(pfx[:]) + "-",
+		flights:  map[flightKey]*flight{},
+	}
+	s.downloads = newDownloadCounter()
+	s.fillCtx, s.fillStop = context.WithCancel(context.Background())
+	var err error
+	if s.regs, err = lru.New[int64, *registryView](registryCacheSize); err != nil {
+		return nil, err
+	}
+	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
+		return nil, err
+	}
+	s.met, err = newMetrics(d.Registerer, gauges{
+		blobs:    d.Blobs.Stats,
+		cache:    d.Store.CacheStats,
+		inflight: s.inflight,
+		pending:  s.downloads.pending,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		Name:                  "registryd",
-		ReadTimeout:           d.Config.Proxy.ReadTimeout,
-		WriteTimeout:          d.Config.Proxy.WriteTimeout,
-		IdleTimeout:           d.Config.Proxy.IdleTimeout,
-		ReadBufferSize:        int(d.Config.Proxy.MaxHeaderBytes),
-		Concurrency:           d.Config.Proxy.Concurrency,
-		NoDefaultServerHeader: false,
-		NoDefaultDate:         false,
-		CloseOnShutdown:       true,
+		Handler:      s.handle,
+		Name:         "registryd",
+		ReadTimeout:  d.Config.Proxy.ReadTimeout,
+		WriteTimeout: d.Config.Proxy.WriteTimeout,
+		IdleTimeout:  d.Config.Proxy.IdleTimeout,
+		// The read buffer bounds the request line plus headers: larger
+		// requests get 431.
+		ReadBufferSize: int(d.Config.Proxy.MaxHeaderBytes),
+		Concurrency:    d.Config.Proxy.Concurrency,
+		// Uploads stream to the blob store; the handler enforces
+		// MaxUploadBytes itself (with streaming, fasthttp hands over an
+		// oversized body instead of refusing it) and parses the multipart
+		// body as it arrives, so fasthttp must not pre-parse it into memory.
+		MaxRequestBodySize:           int(d.Config.Proxy.MaxUploadBytes),
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{d.Logger},
 	}
 	return s, nil
 }
 
-func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	ctx.SetStatusCode(fasthttp.StatusNotFound)
-	ctx.SetContentType("application/json")
-	ctx.SetBodyString(`{"error":"404 Not Found"}`)
+// fasthttpLogger sends fasthttp's own complaints (bad requests, timeouts)
+// to slog at debug level: they are the clients' problems, not ours.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug("fasthttp: " + fmt.Sprintf(format, args...))
 }
 
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 
-// Shutdown stops accepting and waits for in-flight requests until ctx ends.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+// Shutdown stops accepting, waits for in-flight requests until ctx ends, then
+// cancels the fills still running (their clients are gone) and waits for
+// them, so nothing writes to the store after Shutdown returns.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.ShutdownWithContext(ctx)
+	s.flightsMu.Lock()
+	s.closing = true
+	s.flightsMu.Unlock()
+	s.fillStop()
+	s.fills.Wait()
+	return err
+}
+
+// The one route prefix of the proxy listener.
+var downloadPrefix = []byte("/api/v4/virtual_registries/packages/maven/")
+
+var uploadSuffix = []byte("/upload")
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	r, err := s.route(ctx)
+	if err != nil {
+		s.writeError(ctx, err)
+	}
+	s.met.request(r, ctx.Response.StatusCode())
+}
+
+// route dispatches on the raw path (never fasthttp's decoded, normalised
+// Path: proxy/maven judges the bytes as sent).
+func (s *Server) route(ctx *fasthttp.RequestCtx) (route, error) {
+	path := ctx.Request.URI().PathOriginal()
+	rest, ok := bytes.CutPrefix(path, downloadPrefix)
+	if !ok {
+		return rOther, errRouteNotFound
+	}
+	// rest is "<id>/<path>"; tail keeps its leading slash so that Classify,
+	// which strips exactly one, sees "//x" as an empty segment.
+	id, tail := rest, []byte(nil)
+	if i := bytes.IndexByte(rest, '/'); i >= 0 {
+		id, tail = rest[:i], rest[i:]
+	}
+	switch {
+	case ctx.IsGet() || ctx.IsHead():
+		return rDownload, s.download(ctx, id, tail)
+	case ctx.IsPost():
+		if bytes.Equal(tail, uploadSuffix) {
+			return rUpload, s.upload(ctx, id, nil)
+		}
+		if t, ok := bytes.CutSuffix(tail, uploadSuffix); ok {
+			return rUpload, s.upload(ctx, id, t)
+		}
+	}
+	ctx.Response.Header.Set("Allow", "GET, HEAD")
+	return rOther, errMethod
+}
+
+// b2s views b as a string without copying. The result must not outlive the
+// request that owns b; callers that keep it use strings.Clone.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// parseID parses a registry id: decimal digits, positive, no sign.
+func parseID(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, n > 0
+}

@@ -138,6 +138,25 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		MaxRedirects:      redirects(cfg.Upstreams.MaxRedirects),
 		Logger:            log,
 	})
+	defer upClient.CloseIdleConnections()
+
+	// Temp files of fills cut short by a crash go first; then blob files
+	// that no entry refers to (a crash between a collector commit and its
+	// unlink) are removed.
+	blobs, err := store.OpenBlobs(cfg.Data.Dir)
+	if err != nil {
+		return err
+	}
+	sweep, err := blobs.Sweep(st)
+	if err != nil {
+		return err
+	}
+	log.Info("blob store ready", "blobs", sweep.Blobs, "bytes", sweep.Bytes,
+		"orphans_removed", sweep.Removed, "orphan_bytes", sweep.RemovedBytes)
+	gwSecret, err := gatewaySecret(cfg)
+	if err != nil {
+		return err
+	}
 
 	// Bind both listeners before serving anything, so a taken port fails
 	// the start as a whole.
@@ -166,8 +185,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Logger: log,
-		Registerer: reg})
+	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
+		Logger: log, Registerer: reg, GatewaySecret: gwSecret})
 	if err != nil {
 		return err
 	}
@@ -187,6 +206,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if cfg.Admin.PprofListen != "" {
 		go func() { errc <- servePprof(cfg.Admin.PprofListen) }()
 	}
+	proxySrv.Start()
 	serving.Store(true)
 	log.Info("registryd started", "version", version, "proxy", proxyLn.Addr().String(),
 		"admin", adminLn.Addr().String(), "data_dir", cfg.Data.Dir)
@@ -207,6 +227,13 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if err := proxySrv.Shutdown(sctx); err != nil {
 		log.Warn("proxy listener did not drain in time", "err", err)
 	}
+	// Reverse order of what depends on what: the listeners are down, so no
+	// request adds download counts; flush them, then stop the collector,
+	// and only then (deferred above) close the store.
+	if err := proxySrv.StopCounting(); err != nil {
+		log.Error("flushing download counts", "err", err)
+	}
+	proxySrv.StopCollector()
 	log.Info("registryd stopped")
 	return runErr
 }
@@ -226,6 +253,16 @@ func secretKey(cfg config.Config) ([]byte, error) {
 		return config.DecodeKey(cfg.Secrets.Key)
 	}
 	return store.LoadOrCreateSecret(cfg.Path("secrets.key"), 32)
+}
+
+// gatewaySecret is the configured gateway secret, or DATA_DIR/gateway.secret
+// (32 random bytes) created 0600 on first start. It verifies the HS256 JWTs
+// gateways send with uploads.
+func gatewaySecret(cfg config.Config) ([]byte, error) {
+	if cfg.Gateway.Secret != "" {
+		return []byte(cfg.Gateway.Secret), nil
+	}
+	return store.LoadOrCreateSecret(cfg.Path("gateway.secret"), 32)
 }
 
 // bootstrapRoot creates root and its first token on an empty data dir. The

@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"sync"
+	"time"
+
+	"registryd/store"
+)
+
+// downloadCounter accumulates downloads_count and downloaded_at in memory so
+// that a cache hit performs no bbolt write transaction and no fsync; the
+// flusher writes them in one batched transaction every cache.flush_interval
+// and once more at shutdown.
+type downloadCounter struct {
+	mu sync.Mutex
+	m  map[downloadKey]downloadCount
+}
+
+type downloadKey struct {
+	upstream int64
+	rel      string // with the leading slash; owned memory, never request bytes
+}
+
+type downloadCount struct {
+	n    int64
+	last time.Time
+}
+
+func newDownloadCounter() *downloadCounter {
+	return &downloadCounter{m: map[downloadKey]downloadCount{}}
+}
+
+// add counts one download. rel must not alias request memory: it becomes a
+// map key when new.
+func (d *downloadCounter) add(upstream int64, rel string, at time.Time) {
+	k := downloadKey{upstream, rel}
+	d.mu.Lock()
+	c := d.m[k]
+	c.n++
+	c.last = at
+	d.m[k] = c
+	d.mu.Unlock()
+}
+
+func (d *downloadCounter) pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.m)
+}
+
+// take empties the counter and returns its batch.
+func (d *downloadCounter) take() []store.DownloadCount {
+	d.mu.Lock()
+	m := d.m
+	if len(m) == 0 {
+		d.mu.Unlock()
+		return nil
+	}
+	d.m = make(map[downloadKey]downloadCount, len(m))
+	d.mu.Unlock()
+	batch := make([]store.DownloadCount, 0, len(m))
+	for k, c := range m {
+		batch = append(batch, store.DownloadCount{UpstreamID: k.upstream, Rel: k.rel, Count: c.n, Last: c.last})
+	}
+	return batch
+}
+
+// FlushDownloads writes the accumulated download counts now. A failed write
+// puts the batch back, so the counts are not lost to a transient error.
+func (s *Server) FlushDownloads() error {
+	batch := s.downloads.take()
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := s.st.AddDownloads(batch); err != nil {
+		s.met.flushErrors.Inc()
+		s.downloads.mu.Lock()
+		for _, b := range batch {
+			k := downloadKey{b.UpstreamID, b.Rel}
+			c := s.downloads.m[k]
+			c.n += b.Count
+			if b.Last.After(c.last) {
+				c.last = b.Last
+			}
+			s.downloads.m[k] = c
+		}
+		s.downloads.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// collectBatch is how many pending entries one collector transaction
+// destroys: small enough to keep write transactions short.
+const collectBatch = 512
+
+// CollectOnce runs the collector until no entry is pending (or an error).
+func (s *Server) CollectOnce() (store.CollectResult, error) {
+	var total store.CollectResult
+	s.met.collectorRuns.Inc()
+	for {
+		r, err := s.blobs.Collect(s.st, collectBatch)
+		total.Entries += r.Entries
+		total.BlobsRemoved += r.BlobsRemoved
+		total.BytesFreed += r.BytesFreed
+		s.met.collectorEntries.Add(float64(r.Entries))
+		s.met.collectorBlobs.Add(float64(r.BlobsRemoved))
+		s.met.collectorFreed.Add(float64(r.BytesFreed))
+		if err != nil {
+			s.met.collectorErrors.Inc()
+			return total, err
+		}
+		if r.Entries < collectBatch {
+			break
+		}
+	}
+	if total.Entries > 0 {
+		s.log.Info("collected cache entries", "entries", total.Entries, "blobs", total.BlobsRemoved,
+			"bytes", total.BytesFreed)
+	}
+	return total, nil
+}
+
+// Start runs the background work: the download-count flusher (every
+// cache.flush_interval) and the collector (every cache.collect_interval).
+func (s *Server) Start() {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.flusherStop != nil {
+		return
+	}
+	s.flusherStop, s.flusherDone = make(chan struct{}), make(chan struct{})
+	s.collectorStop, s.collectorDone = make(chan struct{}), make(chan struct{})
+	go s.every(s.cfg.Cache.FlushInterval, s.flusherStop, s.flusherDone, func() {
+		if err := s.FlushDownloads(); err != nil {
+			s.log.Warn("flushing download counts", "err", err)
+		}
+	})
+	go s.every(s.cfg.Cache.CollectInterval, s.collectorStop, s.collectorDone, func() {
+		if _, err := s.CollectOnce(); err != nil {
+			s.log.Error("collecting cache entries", "err", err)
+		}
+	})
+}
+
+func (s *Server) every(d time.Duration, stop, done chan struct{}, fn func()) {
+	defer close(done)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// StopCounting stops the flusher and writes what it had not written yet.
+// Call it after Shutdown, so no request adds counts behind it.
+func (s *Server) StopCounting() error {
+	s.bgMu.Lock()
+	stop, done := s.flusherStop, s.flusherDone
+	s.flusherStop = nil
+	s.bgMu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	return s.FlushDownloads()
+}
+
+// StopCollector stops the collector and waits for a run in progress.
+func (s *Server) StopCollector() {
+	s.bgMu.Lock()
+	stop, done := s.collectorStop, s.collectorDone
+	s.collectorStop = nil
+	s.bgMu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}

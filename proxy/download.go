@@ -1,0 +1,361 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"registryd/auth"
+	"registryd/proxy/maven"
+	"registryd/proxy/upstream"
+	"registryd/store"
+)
+
+// download answers GET and HEAD .../maven/:id/*path. The checks run in
+// GitLab's order where it matters to clients: the feature gate before
+// anything (404), then request shape (400), then authentication (401, with
+// the challenge Maven waits for), then authorization (403, or 404 when the
+// registry must stay invisible), then "No upstreams set".
+func (s *Server) download(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
+	if !s.auth.VirtualRegistryEnabled() {
+		return errGate
+	}
+	id, ok := parseID(idb)
+	if !ok {
+		return errBadID
+	}
+	if isBrowser(ctx.UserAgent()) {
+		return errBrowser
+	}
+	p, err := maven.Classify(b2s(raw))
+	if err != nil {
+		return err
+	}
+	pr, err := s.principal(ctx)
+	if err != nil {
+		return err
+	}
+	gen := s.st.CacheGeneration()
+	reg, err := s.registryFor(pr, id, gen)
+	if err != nil {
+		return err
+	}
+	return s.resolve(ctx, reg, p, gen)
+}
+
+// principal authenticates the request for the download surface: personal
+// access tokens (PRIVATE-TOKEN header or private_token query, Bearer, Basic
+// with the username) with scope
+// read_virtual_registry, api or read_api, and group deploy tokens
+// (Deploy-Token, Basic with the deploy token's username).
+func (s *Server) principal(ctx *fasthttp.RequestCtx) (auth.Principal, error) {
+	h := &ctx.Request.Header
+	// The views below alias request memory; auth hashes them and keeps
+	// nothing, so they do not outlive the request.
+	c := auth.Credentials{
+		PrivateToken: b2s(h.Peek("Private-Token")),
+		DeployToken:  b2s(h.Peek("Deploy-Token")),
+	}
+	if a := h.Peek("Authorization"); len(a) > 0 {
+		c.ParseAuthorization(b2s(a))
+	}
+	// GitLab's API also takes the token as ?private_token=; parse the query
+	// only when there is one.
+	if c.PrivateToken == "" && len(ctx.URI().QueryString()) > 0 {
+		c.PrivateToken = b2s(ctx.QueryArgs().Peek("private_token"))
+	}
+	p, err := s.auth.Authenticate(c, auth.Download)
+	if err != nil {
+		return p, err
+	}
+	if !p.Authenticated() {
+		return p, errUnauthorized
+	}
+	if p.Kind == auth.PersonalToken && !p.HasScope(store.ScopeReadVirtualRegistry, store.ScopeAPI, store.ScopeReadAPI) {
+		return p, errInsufficient
+	}
+	return p, nil
+}
+
+// registryFor returns the registry if the caller may read it. A caller who
+// cannot see the registry's group at all gets the same 404 as for a registry
+// that does not exist; one who can see it gets 403.
+func (s *Server) registryFor(p auth.Principal, id int64, gen uint64) (*registryView, error) {
+	reg, err := s.registry(id, gen)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, errInvisible
+		}
+		return nil, err
+	}
+	if s.auth.CanReadRegistries(p, reg.group) {
+		if len(reg.ups) == 0 {
+			return nil, errNoUpstreams
+		}
+		return reg, nil
+	}
+	g, err := s.st.Group(reg.group)
+	if err != nil {
+		return nil, errInvisible
+	}
+	if g.Visibility == store.Public || (g.Visibility == store.Internal && p.Kind == auth.PersonalToken) {
+		return nil, errForbidden
+	}
+	return nil, errInvisible
+}
+
+// isBrowser recognises web browsers by their User-Agent (GitLab answers
+// them 400 on this endpoint): "Mozilla/" plus a browser engine token. Maven
+// ("Apache-Maven/"), Gradle, Ivy, curl and Java's own client do not match.
+func isBrowser(ua []byte) bool {
+	if !bytes.HasPrefix(ua, []byte("Mozilla/")) {
+		return false
+	}
+	for _, engine := range [...]string{"AppleWebKit/", "Gecko/", "Trident/", "Presto/"} {
+		if bytes.Contains(ua, []byte(engine)) {
+			return true
+		}
+	}
+	return false
+}
+
+// --- resolution data, cached in memory ---
+
+// registryView is a registry and its upstreams in position order, as of
+// store generation gen.
+type registryView struct {
+	gen   uint64
+	id    int64
+	group int64
+	ups   []*upstreamView
+	upIDs []int64
+}
+
+// upstreamView is what resolution needs of an upstream.
+type upstreamView struct {
+	id           int64
+	label        string // metric label: the id
+	ep           upstream.Endpoint
+	validity     time.Duration // cache_validity_hours; 0 = never stale
+	metaValidity time.Duration // metadata_cache_validity_hours
+}
+
+func (r *registryView) upstream(id int64) *upstreamView {
+	for _, u := range r.ups {
+		if u.id == id {
+			return u
+		}
+	}
+	return nil
+}
+
+// registry returns the registry's view, reading the store when the cached
+// one is older than gen. gen is read before the store, so a change that
+// commits meanwhile makes the view stale, never wrongly fresh.
+func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
+	if v, ok := s.regs.Get(id); ok && v.gen == gen {
+		return v, nil
+	}
+	r, err := s.st.Registry(id)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.st.RegistryUpstreams(id)
+	if err != nil {
+		return nil, err
+	}
+	v := &registryView{gen: gen, id: id, group: r.GroupID}
+	for _, u := range list {
+		v.ups = append(v.ups, &upstreamView{
+			id:           u.ID,
+			label:        strconv.FormatInt(u.ID, 10),
+			ep:           upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password},
+			validity:     time.Duration(u.CacheValidityHours) * time.Hour,
+			metaValidity: time.Duration(u.MetadataCacheValidityHours) * time.Hour,
+		})
+		v.upIDs = append(v.upIDs, u.ID)
+	}
+	s.regs.Add(id, v)
+	return v, nil
+}
+
+type entryKey struct {
+	registry int64
+	rel      string // without the leading slash
+}
+
+// entryView is the entry that answers a path in a registry (the one of the
+// highest-positioned upstream that has one), or none, with its response
+// headers formatted once.
+type entryView struct {
+	gen          uint64
+	found        bool
+	e            store.CacheEntry
+	up           *upstreamView
+	blob         string
+	etag         string
+	lastModified string
+	disposition  string
+	contentType  string
+}
+
+// lookup returns the entry for rel, or nil.
+func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, error) {
+	if v, ok := s.entries.Get(entryKey{reg.id, rel}); ok && v.gen == gen {
+		if !v.found {
+			return nil, nil
+		}
+		return v, nil
+	}
+	e, found, err := s.st.FirstCacheEntry(reg.upIDs, "/"+rel)
+	if err != nil {
+		return nil, err
+	}
+	v := &entryView{gen: gen, found: found}
+	if found {
+		v.e = e
+		v.up = reg.upstream(e.UpstreamID)
+		if v.up == nil || !store.ValidDigest(e.SHA256) {
+			return nil, nil
+		}
+		v.blob = s.blobs.Path(e.SHA256)
+		v.etag = `"` + e.SHA256 + `"`
+		v.lastModified = string(fasthttp.AppendHTTPDate(nil, e.UpdatedAt))
+		v.disposition = `attachment; filename="` + rel[strings.LastIndexByte(rel, '/')+1:] + `"`
+		v.contentType = e.ContentType
+		if v.contentType == "" {
+			v.contentType = maven.ContentType(rel)
+		}
+	}
+	s.entries.Add(entryKey{reg.id, strings.Clone(rel)}, v)
+	if !found {
+		return nil, nil
+	}
+	return v, nil
+}
+
+// fresh reports whether v may be served without asking its upstream:
+// within cache_validity_hours of the last check (metadata_cache_validity_hours
+// for maven-metadata.xml; checksum sidecars follow their parent), where 0
+// means never stale. The client's Cache-Control is deliberately not
+// consulted: Maven sends no-cache on every request.
+func (v *entryView) fresh(kind maven.Kind, now time.Time) bool {
+	d := v.up.validity
+	if kind == maven.Metadata {
+		d = v.up.metaValidity
+	}
+	return d == 0 || now.Before(v.e.CheckedAt.Add(d))
+}
+
+// --- resolution ---
+
+// resolve answers p from the cache or the upstreams.
+func (s *Server) resolve(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, gen uint64) error {
+	rel := p.EntryRel()
+	v, err := s.lookup(reg, rel, gen)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		s.met.miss.Inc()
+		return s.fetchMiss(ctx, reg, p, 0)
+	}
+	if v.fresh(p.EntryKind(), s.now()) {
+		err := s.serveEntry(ctx, p, v)
+		if errors.Is(err, errBlobGone) {
+			s.met.miss.Inc()
+			return s.fetchMiss(ctx, reg, p, 0)
+		}
+		s.met.hit.Inc()
+		return err
+	}
+	return s.revalidate(ctx, reg, p, v)
+}
+
+// revalidate handles a stale entry: one conditional GET (If-None-Match with
+// the stored ETag; unconditional when none was stored) on the entry's own
+// upstream, shared by every request for the same file. 304, or 200 with the
+// same ETag: the entry is touched and served. 200 otherwise: the new body
+// streams and replaces the entry. 404/410: the file is looked up on the
+// other upstreams like a miss. Any other failure (network error, timeout,
+// 5xx, and also 401/403/429 and other non-404 answers): the stale copy is
+// served, because only a definite answer about the file should replace it.
+func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView) error {
+	f := s.join(v.up, p.EntryRel(), v.e.ETag)
+	<-f.ready
+	switch f.kind {
+	case flightStreaming:
+		s.met.miss.Inc()
+		return s.serveFlight(ctx, p, f)
+	case flightNotModified:
+		f.release()
+		s.met.revalidated.Inc()
+		return s.serveEntryOrMiss(ctx, reg, p, v)
+	case flightNotFound:
+		f.release()
+		s.met.miss.Inc()
+		return s.fetchMiss(ctx, reg, p, v.up.id)
+	}
+	err := f.err
+	f.release()
+	s.met.staleServed.Inc()
+	s.log.Warn("revalidation failed; serving the stale copy", "registry", reg.id, "upstream", v.up.id,
+		"path", v.e.RelativePath, "err", err)
+	return s.serveEntryOrMiss(ctx, reg, p, v)
+}
+
+// serveEntryOrMiss serves v, or fetches the file again when its blob file
+// has gone missing (removed by hand, damaged disk).
+func (s *Server) serveEntryOrMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView) error {
+	err := s.serveEntry(ctx, p, v)
+	if errors.Is(err, errBlobGone) {
+		return s.fetchMiss(ctx, reg, p, 0)
+	}
+	return err
+}
+
+// fetchMiss asks the registry's upstreams in position order, one GET each
+// (sequential, not a parallel HEAD round: the first upstream usually has the
+// file, and a GET answers in one round trip what HEAD+GET answer in two).
+// The first that answers 2xx wins; 404/410 moves on; any other failure is
+// remembered and moves on too. No upstream has it: 404 when every upstream
+// said so, otherwise 502 (504 if all failures were timeouts) naming each
+// failure, because a 404 would make Maven remember "absent" for a file an
+// unreachable upstream may well have. skip is an upstream already known
+// not to have the file (0 for none).
+func (s *Server) fetchMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, skip int64) error {
+	rel := p.EntryRel()
+	var failures []upstreamFailure
+	for _, up := range reg.ups {
+		if up.id == skip {
+			continue
+		}
+		f := s.join(up, rel, "")
+		<-f.ready
+		switch f.kind {
+		case flightStreaming:
+			return s.serveFlight(ctx, p, f)
+		case flightNotModified:
+			// Joined a revalidation of an entry that appeared since the
+			// lookup: it is confirmed, serve it.
+			f.release()
+			if v, err := s.lookup(reg, rel, s.st.CacheGeneration()); err == nil && v != nil {
+				return s.serveEntryOrMiss(ctx, reg, p, v)
+			}
+			continue
+		case flightNotFound:
+			f.release()
+			continue
+		}
+		failures = append(failures, upstreamFailure{upstream: up.id, err: f.err})
+		f.release()
+	}
+	if len(failures) == 0 {
+		return errFileNotFound
+	}
+	return &missError{failures: failures}
+}

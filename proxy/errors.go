@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"registryd/auth"
+	"registryd/proxy/maven"
+	"registryd/proxy/upstream"
+	"registryd/store"
+)
+
+// apiError is an answer that already knows its status and GitLab body.
+type apiError struct {
+	status int
+	body   string // JSON, rendered once
+	// challenge adds the Basic challenge Maven and Gradle wait for before
+	// they send credentials.
+	challenge bool
+}
+
+func (e *apiError) Error() string { return strconv.Itoa(e.status) + " " + e.body }
+
+func jsonBody(key, msg string) string {
+	raw, _ := json.Marshal(map[string]string{key: msg})
+	return string(raw)
+}
+
+func message(status int, msg string) *apiError {
+	return &apiError{status: status, body: jsonBody("message", msg)}
+}
+
+func badRequest(reason string) *apiError {
+	if reason == "" {
+		return message(fasthttp.StatusBadRequest, "400 Bad request")
+	}
+	return message(fasthttp.StatusBadRequest, "400 Bad request - "+reason)
+}
+
+// The fixed answers of the proxy listener, in GitLab's words.
+var (
+	errRouteNotFound = &apiError{status: fasthttp.StatusNotFound, body: `{"error":"404 Not Found"}`}
+	errMethod        = &apiError{status: fasthttp.StatusMethodNotAllowed, body: `{"error":"405 Not Allowed"}`}
+	// errGate answers when the feature flag or the licence is off, before
+	// authentication (reference §4).
+	errGate         = message(fasthttp.StatusNotFound, "404 Not Found")
+	errUnauthorized = &apiError{status: fasthttp.StatusUnauthorized, body: `{"message":"401 Unauthorized"}`, challenge: true}
+	errForbidden    = message(fasthttp.StatusForbidden, "403 Forbidden")
+	// errInvisible is a registry the caller may not even know exists; it
+	// reads exactly like one that does not exist.
+	errInvisible       = message(fasthttp.StatusNotFound, "404 Not found")
+	errInsufficient    = &apiError{status: fasthttp.StatusForbidden, body: `{"error":"insufficient_scope","error_description":"The request requires higher privileges than provided by the access token.","scope":"read_virtual_registry api read_api"}`}
+	errBadID           = &apiError{status: fasthttp.StatusBadRequest, body: `{"error":"id is invalid"}`}
+	errBrowser         = badRequest("This endpoint is not meant to be accessed by a web browser.")
+	errNoUpstreams     = badRequest("No upstreams set")
+	errFileNotFound    = message(fasthttp.StatusNotFound, "404 File not found on any upstream Not Found")
+	errNoGateway       = message(fasthttp.StatusForbidden, "403 Forbidden - Request should be executed via the gateway")
+	errUpstreamUnknown = message(fasthttp.StatusNotFound, "404 Upstream Not Found")
+	errUploadTooLarge  = message(fasthttp.StatusRequestEntityTooLarge, "413 Request Entity Too Large")
+	errNoFile          = badRequest("file is missing")
+	errUploadChecksum  = badRequest("checksum files are answered from the stored digests and cannot be uploaded")
+	errUploadBody      = badRequest("the multipart body could not be read")
+)
+
+// upstreamFailure is one upstream that could not answer a miss.
+type upstreamFailure struct {
+	upstream int64
+	err      error
+}
+
+// missError is a miss that no upstream served while at least one failed
+// (rather than answering 404): 502, or 504 when every failure was a
+// timeout. The message names each upstream by id with a fixed, safe reason.
+type missError struct{ failures []upstreamFailure }
+
+func (e *missError) Error() string { return "no upstream could serve the file: " + e.reasons() }
+
+func (e *missError) reasons() string {
+	var b strings.Builder
+	for i, f := range e.failures {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("upstream ")
+		b.WriteString(strconv.FormatInt(f.upstream, 10))
+		b.WriteString(": ")
+		b.WriteString(failureReason(f.err))
+	}
+	return b.String()
+}
+
+func (e *missError) answer() *apiError {
+	status, text := fasthttp.StatusGatewayTimeout, "504 Gateway Timeout"
+	for _, f := range e.failures {
+		if !errors.Is(f.err, upstream.ErrTimeout) {
+			status, text = fasthttp.StatusBadGateway, "502 Bad Gateway"
+			break
+		}
+	}
+	return message(status, text+" - Upstream not available: "+e.reasons())
+}
+
+// failureReason is a short reason that is safe to show a client: the
+// upstream client's fixed phrases, never an error's text (which may carry
+// addresses).
+func failureReason(err error) string {
+	var se *upstream.StatusError
+	var ne *upstream.NetError
+	switch {
+	case errors.As(err, &se):
+		return "answered " + strconv.Itoa(se.Code) + " " + se.Status
+	case errors.As(err, &ne):
+		return ne.Reason
+	case errors.Is(err, errTooLarge):
+		return "file is larger than the cache accepts"
+	case errors.Is(err, errShortBody):
+		return "body ended before its Content-Length"
+	case errors.Is(err, errUnexpected304):
+		return "answered 304 to an unconditional request"
+	}
+	var ue *upstream.URLError
+	if errors.As(err, &ue) {
+		return "url " + ue.Reason
+	}
+	return "fetch failed"
+}
+
+// Failures of a fill that are not the upstream client's own errors.
+var (
+	errTooLarge      = errors.New("file is larger than cache.max_file_bytes")
+	errShortBody     = errors.New("upstream body shorter than its Content-Length")
+	errUnexpected304 = errors.New("upstream answered 304 to an unconditional request")
+	errShutdown      = errors.New("registryd is shutting down")
+)
+
+// fillError is a fill that failed after its headers were promised to
+// clients; for a checksum request it becomes a 502.
+type fillError struct{ err error }
+
+func (e *fillError) Error() string { return "fill failed: " + e.err.Error() }
+func (e *fillError) Unwrap() error { return e.err }
+
+// toAPI maps an error to its answer. It is the one place where errors become
+// HTTP on the proxy listener; nil means an unexpected error (500).
+func toAPI(err error) *apiError {
+	var ae *apiError
+	var me *maven.Error
+	var miss *missError
+	var fe *fillError
+	var nf *store.NotFoundError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &me):
+		return badRequest(me.Reason())
+	case errors.Is(err, auth.ErrUnauthorized):
+		return errUnauthorized
+	case errors.As(err, &miss):
+		return miss.answer()
+	case errors.As(err, &fe):
+		return message(fasthttp.StatusBadGateway, "502 Bad Gateway - Upstream not available: "+failureReason(fe.err))
+	case errors.As(err, &nf):
+		if nf.Resource == "Upstream" {
+			return errUpstreamUnknown
+		}
+		return errInvisible
+	}
+	return nil
+}
+
+// writeError answers err. An unexpected error is logged with a request id and
+// answered 500 with that id, never with its text.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
+	ae := toAPI(err)
+	if ae == nil {
+		id := s.requestID(ctx)
+		s.log.LogAttrs(context.Background(), slog.LevelError, "proxy request failed", slog.String("req_id", id),
+			slog.String("method", string(ctx.Method())), slog.String("path", string(ctx.Request.URI().PathOriginal())),
+			slog.String("err", err.Error()))
+		ae = &apiError{status: fasthttp.StatusInternalServerError,
+			body: `{"message":"500 Internal Server Error","request_id":"` + id + `"}`}
+	}
+	// Nothing of a half-built success may leak into an error answer.
+	ctx.Response.ResetBody()
+	ctx.Response.Header.Del("Content-Disposition")
+	ctx.Response.Header.Del("ETag")
+	ctx.Response.Header.Del("Last-Modified")
+	ctx.Response.Header.Del("X-Checksum-Sha1")
+	ctx.Response.Header.Del("X-Checksum-Md5")
+	ctx.Response.Header.Del("Content-Range")
+	ctx.SetStatusCode(ae.status)
+	ctx.SetContentType("application/json")
+	if ae.challenge {
+		ctx.Response.Header.Set("WWW-Authenticate", `Basic realm="registryd"`)
+	}
+	if ctx.IsHead() {
+		return
+	}
+	ctx.SetBodyString(ae.body)
+}
+
+// requestID names one request in the log and in a 500 answer: a random
+// prefix per process and fasthttp's request serial.
+func (s *Server) requestID(ctx *fasthttp.RequestCtx) string {
+	return s.idPrefix + strconv.FormatUint(ctx.ID(), 36)
+}

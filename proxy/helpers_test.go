@@ -1,0 +1,557 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"registryd/auth"
+	"registryd/config"
+	"registryd/proxy/upstream"
+	"registryd/store"
+)
+
+// rootToken authenticates as the admin in every test env.
+const rootToken = "rdpat-proxy-test-root-token-0123"
+
+var testSecretKey = bytes.Repeat([]byte{7}, 32)
+
+// testClock is the injected clock: freshness tests move it instead of sleeping.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// env is an in-process proxy on a loopback port with its own data dir.
+type env struct {
+	t        testing.TB
+	cfg      config.Config
+	st       *store.Store
+	blobs    *store.Blobs
+	srv      *Server
+	clock    *testClock
+	reg      *prometheus.Registry
+	base     string // http://127.0.0.1:port/api/v4/virtual_registries/packages/maven
+	group    store.Group
+	registry int64
+	secret   []byte
+	client   *http.Client
+}
+
+func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Data.Dir = dir
+	cfg.Upstreams.AllowLocalNetwork = true
+	cfg.Shutdown.Timeout = 5 * time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
+	clock := &testClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	st, err := store.Open(dir, store.Options{SecretKey: testSecretKey, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EnsureRoot(rootToken); err != nil {
+		t.Fatal(err)
+	}
+	g, err := st.CreateGroup(store.NewGroup{Name: "acme", Path: "acme", Visibility: store.Private})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.CreateRegistry(g.ID, "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := store.OpenBlobs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e := &env{t: t, cfg: cfg, st: st, blobs: blobs, clock: clock, reg: reg, group: g, registry: r.ID,
+		secret: []byte("gateway-secret-for-tests-0123456789"),
+		client: &http.Client{Transport: &http.Transport{DisableCompression: true}}}
+	e.srv, err = New(Deps{
+		Config: cfg, Store: st, Blobs: blobs, Auth: auth.New(st, cfg, clock.Now),
+		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
+			ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}),
+		Registerer: reg, GatewaySecret: e.secret, Now: clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	e.base = "http://" + ln.Addr().String() + "/api/v4/virtual_registries/packages/maven"
+	t.Cleanup(func() {
+		e.client.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e.srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		<-served
+		if err := e.srv.StopCounting(); err != nil {
+			t.Errorf("StopCounting: %v", err)
+		}
+		e.srv.StopCollector()
+		st.Close()
+	})
+	return e
+}
+
+// upstream adds an upstream at url to the env's registry; hours are
+// cache_validity_hours and metadata_cache_validity_hours (nil: defaults).
+func (e *env) upstream(url string, validity, metaValidity *int) int64 {
+	e.t.Helper()
+	u, err := e.st.CreateUpstream(e.registry, store.NewUpstream{URL: url, Name: url,
+		CacheValidityHours: validity, MetadataCacheValidityHours: metaValidity})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return u.ID
+}
+
+func hours(n int) *int { return &n }
+
+// resp is a finished answer.
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+	// readErr is the error that ended the body early, if it did.
+	readErr error
+}
+
+// do sends a request to the proxy: path is below the maven prefix ("/1/g/a.jar"),
+// hdr a flat list of names and values. No credentials unless given.
+func (e *env) do(method, path string, body io.Reader, hdr ...string) resp {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.base+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		// A connection closed before any answer: status 0.
+		return resp{readErr: err}
+	}
+	defer res.Body.Close()
+	raw, rerr := io.ReadAll(res.Body)
+	return resp{status: res.StatusCode, header: res.Header, body: raw, readErr: rerr}
+}
+
+// get downloads path from the env's registry as root, then waits for the
+// fill it may have started to end: a client holds the whole body (its
+// Content-Length reached) a moment before the fill has published the entry,
+// and tests that move the clock next must not race that.
+func (e *env) get(path string, hdr ...string) resp {
+	e.t.Helper()
+	r := e.do(http.MethodGet, "/"+strconv.FormatInt(e.registry, 10)+"/"+path, nil,
+		append([]string{"Private-Token", rootToken}, hdr...)...)
+	e.waitFills()
+	return r
+}
+
+func (e *env) head(path string, hdr ...string) resp {
+	e.t.Helper()
+	r := e.do(http.MethodHead, "/"+strconv.FormatInt(e.registry, 10)+"/"+path, nil,
+		append([]string{"Private-Token", rootToken}, hdr...)...)
+	e.waitFills()
+	return r
+}
+
+func (r resp) expect(t testing.TB, status int) resp {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %q", r.status, status, r.body)
+	}
+	if r.readErr != nil {
+		t.Fatalf("body ended early: %v", r.readErr)
+	}
+	return r
+}
+
+func (r resp) expectBody(t testing.TB, want string) resp {
+	t.Helper()
+	if string(r.body) != want {
+		t.Fatalf("body %q, want %q", truncate(r.body), truncate([]byte(want)))
+	}
+	return r
+}
+
+func (r resp) expectMessage(t testing.TB, key, want string) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body is not JSON: %q", r.body)
+	}
+	if m[key] != want {
+		t.Fatalf("%s = %v, want %q", key, m[key], want)
+	}
+}
+
+func truncate(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80]) + "..."
+	}
+	return string(b)
+}
+
+// entry is the cache entry for (upstream, rel), or ok false.
+func (e *env) entry(up int64, rel string) (store.CacheEntry, bool) {
+	ce, err := e.st.CacheEntry(up, rel)
+	if errors.Is(err, store.ErrNotFound) {
+		return ce, false
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ce, true
+}
+
+// noBrokenState checks that nothing half-written is left: the temp dir is
+// empty and every blob file is referenced by the index.
+func (e *env) noBrokenState() {
+	e.t.Helper()
+	e.waitFills()
+	tmp, err := os.ReadDir(e.blobs.TempDir())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(tmp) != 0 {
+		e.t.Fatalf("DATA_DIR/tmp holds %d files", len(tmp))
+	}
+	_ = filepath.WalkDir(filepath.Join(e.cfg.Data.Dir, "blobs"), func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !e.st.BlobReferenced(d.Name()) {
+			e.t.Fatalf("blob file %s is referenced by no entry", path)
+		}
+		return nil
+	})
+}
+
+// waitFills waits until no fill runs: a fill's client may get its answer
+// before the fill has cleaned up.
+func (e *env) waitFills() {
+	e.srv.flightsMu.Lock()
+	var running []*flight
+	for _, f := range e.srv.flights {
+		running = append(running, f)
+	}
+	e.srv.flightsMu.Unlock()
+	for _, f := range running {
+		<-f.done
+	}
+}
+
+// counter reads a counter or gauge of the env's registry.
+func (e *env) metric(name string, labels ...string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// gatewayToken signs an HS256 JWT with the given claims.
+func gatewayToken(secret []byte, alg string, claims map[string]any) string {
+	h, _ := json.Marshal(map[string]string{"alg": alg, "typ": "JWT"})
+	p, _ := json.Marshal(claims)
+	signing := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(p)
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(signing))
+	return signing + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// lint fails the test when the registry's metrics break Prometheus' naming rules.
+func (e *env) lint() {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range problems {
+		e.t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
+
+// --- the fake upstream ---
+
+// fault is how a fake file misbehaves.
+type fault uint8
+
+const (
+	faultNone      fault = iota
+	faultTruncated       // chunked body that ends without its last chunk
+	faultWrongLen        // Content-Length larger than the bytes sent, then close
+	faultReset           // half the body, then a TCP reset
+	faultHold            // half the body, then wait for release
+	faultRedirect        // redirects to itself forever
+)
+
+type fakeFile struct {
+	body     []byte
+	etag     string
+	ctype    string
+	status   int // answer this status instead (401, 503, ...)
+	fault    fault
+	chunked  bool   // no Content-Length
+	checksum string // X-Checksum-Sha1 to send
+}
+
+// fakeUpstream is a Maven repository on loopback that counts requests and
+// misbehaves on demand.
+type fakeUpstream struct {
+	t   testing.TB
+	srv *httptest.Server
+	URL string
+
+	mu      sync.Mutex
+	files   map[string]fakeFile
+	gets    map[string]int
+	inm     map[string]string // last If-None-Match per path
+	auth    map[string]string // last Authorization per path
+	midBody chan string       // a faultHold file has sent its first half
+	release chan struct{}     // lets faultHold files finish
+}
+
+func newFakeUpstream(t testing.TB) *fakeUpstream {
+	f := &fakeUpstream{t: t, files: map[string]fakeFile{}, gets: map[string]int{}, inm: map[string]string{},
+		auth: map[string]string{}, midBody: make(chan string, 64), release: make(chan struct{})}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.URL = f.srv.URL + "/maven2"
+	t.Cleanup(func() {
+		f.releaseHeld()
+		f.srv.Close()
+	})
+	return f
+}
+
+func (f *fakeUpstream) set(path string, ff fakeFile) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files["/maven2/"+path] = ff
+}
+
+func (f *fakeUpstream) del(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.files, "/maven2/"+path)
+}
+
+// calls is how many GETs path received.
+func (f *fakeUpstream) calls(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets["/maven2/"+path]
+}
+
+func (f *fakeUpstream) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.gets {
+		n += c
+	}
+	return n
+}
+
+func (f *fakeUpstream) lastIfNoneMatch(path string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inm["/maven2/"+path]
+}
+
+func (f *fakeUpstream) releaseHeld() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.release:
+	default:
+		close(f.release)
+	}
+}
+
+func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	if r.Method == http.MethodGet {
+		f.gets[r.URL.Path]++
+	}
+	f.inm[r.URL.Path] = r.Header.Get("If-None-Match")
+	f.auth[r.URL.Path] = r.Header.Get("Authorization")
+	ff, ok := f.files[r.URL.Path]
+	release := f.release
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		http.NotFound(w, r)
+		return
+	case ff.status != 0:
+		w.WriteHeader(ff.status)
+		fmt.Fprintf(w, "upstream says %d", ff.status)
+		return
+	case ff.fault == faultRedirect:
+		http.Redirect(w, r, r.URL.Path, http.StatusFound)
+		return
+	case ff.etag != "" && r.Header.Get("If-None-Match") == ff.etag:
+		w.Header().Set("ETag", ff.etag)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if ff.etag != "" {
+		w.Header().Set("ETag", ff.etag)
+	}
+	if ff.ctype != "" {
+		w.Header().Set("Content-Type", ff.ctype)
+	}
+	if ff.checksum != "" {
+		w.Header().Set("X-Checksum-Sha1", ff.checksum)
+	}
+	half := len(ff.body) / 2
+	switch ff.fault {
+	case faultTruncated:
+		f.raw(w, "Transfer-Encoding: chunked", func(bw *bufio.Writer) {
+			fmt.Fprintf(bw, "%x\r\n%s\r\n", half, ff.body[:half])
+		}, false)
+		return
+	case faultWrongLen:
+		f.raw(w, "Content-Length: "+strconv.Itoa(len(ff.body)+100), func(bw *bufio.Writer) {
+			bw.Write(ff.body)
+		}, false)
+		return
+	case faultReset:
+		f.raw(w, "Content-Length: "+strconv.Itoa(len(ff.body)), func(bw *bufio.Writer) {
+			bw.Write(ff.body[:half])
+		}, true)
+		return
+	case faultHold:
+		w.Header().Set("Content-Length", strconv.Itoa(len(ff.body)))
+		w.Write(ff.body[:half])
+		w.(http.Flusher).Flush()
+		f.midBody <- r.URL.Path
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write(ff.body[half:])
+		return
+	}
+	if !ff.chunked {
+		w.Header().Set("Content-Length", strconv.Itoa(len(ff.body)))
+	}
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(ff.body)
+}
+
+// raw answers over the hijacked connection so the test controls the bytes:
+// status line, one framing header, the body write, then a close (with a TCP
+// reset when rst).
+func (f *fakeUpstream) raw(w http.ResponseWriter, framing string, body func(*bufio.Writer), rst bool) {
+	conn, bw, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		f.t.Errorf("hijack: %v", err)
+		return
+	}
+	defer conn.Close()
+	bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/java-archive\r\n" + framing + "\r\n\r\n")
+	body(bw.Writer)
+	bw.Flush()
+	if rst {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+	}
+}
+
+// downURL is an http URL on loopback where nothing listens.
+func downURL(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr + "/maven2"
+}
+
+// jarBytes is a deterministic body of n bytes for path.
+func jarBytes(path string, n int) []byte {
+	var b bytes.Buffer
+	for b.Len() < n {
+		b.WriteString(path)
+		b.WriteByte(byte(b.Len()))
+	}
+	return b.Bytes()[:n]
+}

@@ -1,0 +1,205 @@
+package proxy
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/store"
+)
+
+// Routes, the label of proxy request counters.
+const (
+	routeDownload = "download"
+	routeUpload   = "upload"
+	routeOther    = "other"
+)
+
+// route indexes routeNames.
+type route uint8
+
+const (
+	rDownload route = iota
+	rUpload
+	rOther
+)
+
+// metrics of the proxy listener, the fills and the collector, registered on
+// the injected registerer. Counters of the hit path are resolved once, so a
+// hit does no label hashing.
+type metrics struct {
+	requests     *prometheus.CounterVec
+	lookups      *prometheus.CounterVec
+	upstreamReqs *prometheus.CounterVec
+	upstreamDur  *prometheus.HistogramVec
+	served       prometheus.Counter
+	fetched      prometheus.Counter
+	joins        prometheus.Counter
+	flushErrors  prometheus.Counter
+
+	collectorRuns    prometheus.Counter
+	collectorEntries prometheus.Counter
+	collectorBlobs   prometheus.Counter
+	collectorFreed   prometheus.Counter
+	collectorErrors  prometheus.Counter
+
+	hit, miss, revalidated, staleServed prometheus.Counter
+
+	// byCode caches requests{route, code} counters, indexed by route and
+	// status code, so counting a request neither hashes labels nor allocates.
+	byCode [nRoutes][600]atomic.Pointer[counterBox]
+}
+
+type counterBox struct{ c prometheus.Counter }
+
+const nRoutes = 3
+
+var routeNames = [nRoutes]string{routeDownload, routeUpload, routeOther}
+
+// gauges are read at scrape time.
+type gauges struct {
+	blobs    func() (count, bytes int64)
+	cache    func() store.CacheStats
+	inflight func() int
+	pending  func() int
+}
+
+func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
+	const ns = "registryd"
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "proxy", Name: "requests_total",
+			Help: "Proxy listener requests by route (download, upload, other) and status code.",
+		}, []string{"route", "code"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "lookups_total",
+			Help: "Cache lookups of downloads by result: hit (fresh), miss (fetched from an upstream), " +
+				"revalidated (stale, unchanged upstream), stale_served (stale, upstream failed).",
+		}, []string{"result"}),
+		upstreamReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "requests_total",
+			Help: "Upstream GET requests by upstream id and outcome (ok, not_modified, not_found, " +
+				"client_error, server_error, timeout, network_error, aborted).",
+		}, []string{"upstream", "outcome"}),
+		upstreamDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "response_duration_seconds",
+			Help:    "Time from sending an upstream request to its response headers (or its failure), by upstream id.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 3, 9),
+		}, []string{"upstream"}),
+		served: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "proxy", Name: "served_bytes_total",
+			Help: "Body bytes sent to download clients, from the cache and from fills.",
+		}),
+		fetched: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "fetched_bytes_total",
+			Help: "Body bytes read from upstreams by fills.",
+		}),
+		joins: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "fill_joins_total",
+			Help: "Requests that joined a fill (or revalidation) already in flight instead of asking the upstream again.",
+		}),
+		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "download_count_flush_errors_total",
+			Help: "Failed writes of batched download counters.",
+		}),
+		collectorRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "collector", Name: "runs_total",
+			Help: "Collector runs (one per cache.collect_interval).",
+		}),
+		collectorEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "collector", Name: "entries_total",
+			Help: "Cache entries pending destruction that the collector destroyed.",
+		}),
+		collectorBlobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "collector", Name: "blobs_removed_total",
+			Help: "Blob files the collector removed because no entry referred to them any more.",
+		}),
+		collectorFreed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "collector", Name: "freed_bytes_total",
+			Help: "Bytes of blob files the collector removed.",
+		}),
+		collectorErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "collector", Name: "errors_total",
+			Help: "Collector batches that failed.",
+		}),
+	}
+	m.hit = m.lookups.WithLabelValues("hit")
+	m.miss = m.lookups.WithLabelValues("miss")
+	m.revalidated = m.lookups.WithLabelValues("revalidated")
+	m.staleServed = m.lookups.WithLabelValues("stale_served")
+
+	cs := []prometheus.Collector{
+		m.requests, m.lookups, m.upstreamReqs, m.upstreamDur, m.served, m.fetched, m.joins,
+		m.flushErrors,
+		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "blobs",
+			Help: "Blob files in DATA_DIR/blobs (each distinct content once).",
+		}, func() float64 { n, _ := g.blobs(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "blob_bytes",
+			Help: "Bytes of the blob files in DATA_DIR/blobs.",
+		}, func() float64 { _, b := g.blobs(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "entries",
+			Help: "Live cache entries in the index.",
+		}, func() float64 { return float64(g.cache().Entries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "pending_entries",
+			Help: "Cache entries marked for destruction that the collector has not removed yet.",
+		}, func() float64 { return float64(g.cache().Pending) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "fills_in_flight",
+			Help: "Upstream fetches (fills and revalidations) running now.",
+		}, func() float64 { return float64(g.inflight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "download_counts_pending",
+			Help: "Cache entries whose download counts wait in memory for the next flush.",
+		}, func() float64 { return float64(g.pending()) }),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// request counts one answered request.
+func (m *metrics) request(r route, code int) {
+	if code < 100 || code >= 600 {
+		m.requests.WithLabelValues(routeNames[r], strconv.Itoa(code)).Inc()
+		return
+	}
+	slot := &m.byCode[r][code]
+	b := slot.Load()
+	if b == nil {
+		b = &counterBox{m.requests.WithLabelValues(routeNames[r], strconv.Itoa(code))}
+		slot.Store(b)
+	}
+	b.c.Inc()
+}
+
+// Upstream request outcomes.
+const (
+	outcomeOK          = "ok"
+	outcomeNotModified = "not_modified"
+	outcomeNotFound    = "not_found"
+	outcomeClientError = "client_error"
+	outcomeServerError = "server_error"
+	outcomeTimeout     = "timeout"
+	outcomeNetwork     = "network_error"
+	outcomeAborted     = "aborted" // the body failed after the headers
+)
+
+func (m *metrics) upstream(up *upstreamView, outcome string, since time.Time) {
+	m.upstreamReqs.WithLabelValues(up.label, outcome).Inc()
+	if !since.IsZero() {
+		m.upstreamDur.WithLabelValues(up.label).Observe(time.Since(since).Seconds())
+	}
+}

@@ -1,0 +1,327 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"registryd/proxy/maven"
+	"registryd/store"
+)
+
+// errBlobGone means the index points at a blob file that is not there
+// (removed by hand, restored from a partial backup): the file is fetched again.
+var errBlobGone = errors.New("blob file missing")
+
+// Header names in fasthttp's canonical form, set without re-normalising.
+var (
+	hdrETag         = []byte("Etag")
+	hdrLastModified = []byte("Last-Modified")
+	hdrDisposition  = []byte("Content-Disposition")
+	hdrChecksumSHA1 = []byte("X-Checksum-Sha1")
+	hdrChecksumMD5  = []byte("X-Checksum-Md5")
+	hdrAcceptRanges = []byte("Accept-Ranges")
+	hdrContentRange = []byte("Content-Range")
+	hdrNosniff      = []byte("X-Content-Type-Options")
+	valBytes        = []byte("bytes")
+	valNosniff      = []byte("nosniff")
+	valTextPlain    = []byte("text/plain")
+	hdrIfNoneMatch  = "If-None-Match"
+	hdrRange        = "Range"
+	hdrIfRange      = "If-Range"
+)
+
+const dispositionStart = "attachment; filename=\""
+
+// s2b views s as bytes for fasthttp setters, which copy.
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// serveEntry answers from a cached entry: the file (GET, HEAD, Range) or,
+// for a checksum sidecar, the stored digest of the entry.
+func (s *Server) serveEntry(ctx *fasthttp.RequestCtx, p maven.Path, v *entryView) error {
+	if p.Kind == maven.Checksum {
+		return s.serveDigest(ctx, p, &v.e)
+	}
+	h := &ctx.Response.Header
+	h.SetContentType(v.contentType)
+	h.SetCanonical(hdrETag, s2b(v.etag))
+	h.SetCanonical(hdrLastModified, s2b(v.lastModified))
+	h.SetCanonical(hdrDisposition, s2b(v.disposition))
+	if v.e.SHA1 != "" {
+		h.SetCanonical(hdrChecksumSHA1, s2b(v.e.SHA1))
+	}
+	if v.e.MD5 != "" {
+		h.SetCanonical(hdrChecksumMD5, s2b(v.e.MD5))
+	}
+	h.SetCanonical(hdrAcceptRanges, valBytes)
+	h.SetCanonical(hdrNosniff, valNosniff)
+
+	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagListMatches(inm, v.etag) {
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return nil
+	}
+	size := v.e.Size
+	start, n := int64(0), size
+	if rng := ctx.Request.Header.Peek(hdrRange); len(rng) > 0 && ifRangeHolds(ctx, v) {
+		switch a, b, r := parseRange(rng, size); r {
+		case rangeOK:
+			start, n = a, b-a+1
+			ctx.SetStatusCode(fasthttp.StatusPartialContent)
+			h.SetCanonical(hdrContentRange, contentRange(a, b, size))
+		case rangeUnsatisfiable:
+			ctx.SetStatusCode(fasthttp.StatusRequestedRangeNotSatisfiable)
+			h.SetCanonical(hdrContentRange, append([]byte("bytes */"), strconv.FormatInt(size, 10)...))
+			h.SetContentLength(0)
+			return nil
+		}
+	}
+	if ctx.IsHead() {
+		h.SetContentLength(int(n))
+		return nil
+	}
+	f, err := os.Open(v.blob)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			s.log.Error("a cached entry's blob file is missing; fetching it again",
+				"upstream", v.e.UpstreamID, "path", v.e.RelativePath, "blob", v.e.SHA256)
+			return errBlobGone
+		}
+		return err
+	}
+	if start > 0 {
+		if _, err := f.Seek(start, io.SeekStart); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	body := fileBodies.Get().(*fileBody)
+	body.f, body.lr = f, io.LimitedReader{R: f, N: n}
+	ctx.SetBodyStream(body, int(n))
+	s.met.served.Add(float64(n))
+	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
+	return nil
+}
+
+// serveDigest answers a checksum sidecar from the digests stored with its
+// parent entry, never from an upstream's sidecar file.
+func (s *Server) serveDigest(ctx *fasthttp.RequestCtx, p maven.Path, e *store.CacheEntry) error {
+	var d string
+	switch p.Algo {
+	case maven.SHA1:
+		d = e.SHA1
+	case maven.MD5:
+		d = e.MD5
+	case maven.SHA256:
+		d = e.SHA256
+	case maven.SHA512:
+		d = e.SHA512
+	}
+	if d == "" {
+		return errFileNotFound
+	}
+	h := &ctx.Response.Header
+	h.SetContentTypeBytes(valTextPlain)
+	var buf [len(dispositionStart) + maven.MaxSegmentLen + 1]byte
+	h.SetCanonical(hdrDisposition, append(append(append(buf[:0], dispositionStart...), p.File...), '"'))
+	h.SetCanonical(hdrNosniff, valNosniff)
+	if ctx.IsHead() {
+		h.SetContentLength(len(d))
+		return nil
+	}
+	ctx.SetBodyString(d)
+	s.met.served.Add(float64(len(d)))
+	s.downloads.add(e.UpstreamID, e.RelativePath, s.now())
+	return nil
+}
+
+// serveFlight answers from a fill in progress: the body streams behind the
+// fill with the upstream's Content-Length (or chunked when it sent none).
+// Range is not honoured here (the whole file comes with 200, as RFC 9110
+// allows). A checksum sidecar, and a HEAD whose length the upstream did not
+// announce, wait for the fill to finish and answer from the stored entry.
+func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) error {
+	head := ctx.IsHead()
+	if p.Kind == maven.Checksum || (head && f.size < 0) {
+		e, err := f.result()
+		f.release()
+		if err != nil {
+			return err
+		}
+		if p.Kind == maven.Checksum {
+			return s.serveDigest(ctx, p, &e)
+		}
+		h := &ctx.Response.Header
+		h.SetContentType(f.ctype)
+		h.SetCanonical(hdrChecksumSHA1, s2b(e.SHA1))
+		h.SetCanonical(hdrChecksumMD5, s2b(e.MD5))
+		h.SetCanonical(hdrNosniff, valNosniff)
+		h.SetContentLength(int(e.Size))
+		return nil
+	}
+	h := &ctx.Response.Header
+	h.SetContentType(f.ctype)
+	var buf [len(dispositionStart) + maven.MaxSegmentLen + 1]byte
+	h.SetCanonical(hdrDisposition, append(append(append(buf[:0], dispositionStart...), p.File...), '"'))
+	h.SetCanonical(hdrNosniff, valNosniff)
+	if f.upSHA1 != "" {
+		h.SetCanonical(hdrChecksumSHA1, s2b(f.upSHA1))
+	}
+	if f.upMD5 != "" {
+		h.SetCanonical(hdrChecksumMD5, s2b(f.upMD5))
+	}
+	if head {
+		h.SetContentLength(int(f.size))
+		f.release()
+		return nil
+	}
+	// The headers go out at once, before the first body byte: a client
+	// waiting on a slow upstream sees the answer start, and a fill that
+	// breaks early still ends a 200 short rather than as a bare hang-up.
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.SetBodyStream(&flightReader{f: f}, int(f.size))
+	return nil
+}
+
+// fileBody is a cached file (or a range of it) as a response body. Its
+// WriteTo hands fasthttp's buffered writer an io.LimitedReader over the
+// *os.File, which the runtime sends with sendfile(2): the body never passes
+// through user space, let alone sits whole in memory.
+type fileBody struct {
+	f  *os.File
+	lr io.LimitedReader
+}
+
+var fileBodies = sync.Pool{New: func() any { return new(fileBody) }}
+
+func (b *fileBody) Read(p []byte) (int, error) { return b.lr.Read(p) }
+
+// sendfileMin is the size from which the header buffer is flushed first so
+// the body goes out by sendfile rather than through the buffer.
+const sendfileMin = 16 << 10
+
+func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
+	if bw, ok := w.(*bufio.Writer); ok && b.lr.N >= sendfileMin {
+		if err := bw.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return io.Copy(w, &b.lr)
+}
+
+// Close closes the file; fasthttp calls it once the response is written.
+func (b *fileBody) Close() error {
+	err := b.f.Close()
+	b.f, b.lr = nil, io.LimitedReader{}
+	fileBodies.Put(b)
+	return err
+}
+
+// --- conditional and range requests ---
+
+// etagListMatches implements If-None-Match's weak comparison against our
+// strong ETag.
+func etagListMatches(list []byte, etag string) bool {
+	for len(list) > 0 {
+		var item []byte
+		if i := bytes.IndexByte(list, ','); i >= 0 {
+			item, list = list[:i], list[i+1:]
+		} else {
+			item, list = list, nil
+		}
+		item = bytes.TrimSpace(item)
+		if len(item) == 1 && item[0] == '*' {
+			return true
+		}
+		item = bytes.TrimPrefix(item, []byte("W/"))
+		if string(item) == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// ifRangeHolds reports whether a Range may be honoured: no If-Range, or one
+// that names the current ETag or Last-Modified exactly.
+func ifRangeHolds(ctx *fasthttp.RequestCtx, v *entryView) bool {
+	ir := ctx.Request.Header.Peek(hdrIfRange)
+	return len(ir) == 0 || string(ir) == v.etag || string(ir) == v.lastModified
+}
+
+type rangeResult uint8
+
+const (
+	rangeIgnored       rangeResult = iota // absent, malformed or multi-range: send the whole file
+	rangeOK                               // [a, b] inclusive
+	rangeUnsatisfiable                    // 416
+)
+
+// parseRange parses a single byte range ("bytes=a-b", "bytes=a-",
+// "bytes=-n") against size. Multiple ranges are answered with the whole file
+// (RFC 9110 lets a server ignore Range), and so is anything malformed.
+func parseRange(h []byte, size int64) (a, b int64, r rangeResult) {
+	spec, ok := bytes.CutPrefix(bytes.TrimSpace(h), []byte("bytes="))
+	if !ok || bytes.IndexByte(spec, ',') >= 0 {
+		return 0, 0, rangeIgnored
+	}
+	first, last, ok := bytes.Cut(bytes.TrimSpace(spec), []byte("-"))
+	if !ok {
+		return 0, 0, rangeIgnored
+	}
+	if len(first) == 0 { // suffix: the last n bytes
+		n, ok := parseUint(last)
+		if !ok {
+			return 0, 0, rangeIgnored
+		}
+		if n == 0 || size == 0 {
+			return 0, 0, rangeUnsatisfiable
+		}
+		return max(0, size-n), size - 1, rangeOK
+	}
+	a, ok = parseUint(first)
+	if !ok {
+		return 0, 0, rangeIgnored
+	}
+	b = size - 1
+	if len(last) > 0 {
+		if b, ok = parseUint(last); !ok || b < a {
+			return 0, 0, rangeIgnored
+		}
+		b = min(b, size-1)
+	}
+	if a >= size {
+		return 0, 0, rangeUnsatisfiable
+	}
+	return a, b, rangeOK
+}
+
+func parseUint(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+func contentRange(a, b, size int64) []byte {
+	var buf [64]byte
+	out := append(buf[:0], "bytes "...)
+	out = strconv.AppendInt(out, a, 10)
+	out = append(out, '-')
+	out = strconv.AppendInt(out, b, 10)
+	out = append(out, '/')
+	return strconv.AppendInt(out, size, 10)
+}

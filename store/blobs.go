@@ -1,0 +1,431 @@
+package store
+
+import (
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Blobs is the content-addressed file store beside the index:
+// DATA_DIR/blobs/sha256/ab/cd/abcd... holds the bytes whose SHA-256 is
+// abcd..., once however many cache entries point at them. Files are written
+// under DATA_DIR/tmp (same file system), fsynced, renamed into place and the
+// directory fsynced before the index may refer to them, so a crash leaves
+// either no blob or a whole one, never a torn file that looks cached.
+//
+// The index counts references per blob (blob_refs). The race between a fill
+// that publishes a blob and the collector that removes a blob whose last
+// reference went away is closed by a lock per digest (striped): Publish holds
+// it across rename and index commit, Collect across the reference check and
+// the unlink. A referenced blob file is therefore never removed.
+type Blobs struct {
+	root string // DATA_DIR/blobs/sha256
+	tmp  string // DATA_DIR/tmp
+
+	locks [256]sync.Mutex // striped by the digest's first byte
+
+	// count and bytes describe the blob files on disk, for metrics. They are
+	// set by Sweep and kept up to date by Publish and Collect.
+	count atomic.Int64
+	bytes atomic.Int64
+}
+
+// Digests are the checksums of one blob, lower-case hex.
+type Digests struct {
+	Size   int64
+	MD5    string
+	SHA1   string
+	SHA256 string
+	SHA512 string
+}
+
+// OpenBlobs prepares DATA_DIR/blobs/sha256 and DATA_DIR/tmp, and empties tmp:
+// anything there was left by a crash in the middle of a fill or an upload.
+func OpenBlobs(dataDir string) (*Blobs, error) {
+	b := &Blobs{root: filepath.Join(dataDir, "blobs", "sha256"), tmp: filepath.Join(dataDir, "tmp")}
+	for _, d := range []string{b.root, b.tmp} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("blobs: %w", err)
+		}
+	}
+	ents, err := os.ReadDir(b.tmp)
+	if err != nil {
+		return nil, fmt.Errorf("blobs: %w", err)
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(b.tmp, e.Name())); err != nil {
+			return nil, fmt.Errorf("blobs: clearing %s: %w", b.tmp, err)
+		}
+	}
+	return b, nil
+}
+
+// TempDir is DATA_DIR/tmp.
+func (b *Blobs) TempDir() string { return b.tmp }
+
+// ValidDigest reports whether s is a lower-case hex SHA-256.
+func ValidDigest(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Path is the file of the blob with SHA-256 sha (lower-case hex).
+func (b *Blobs) Path(sha string) string {
+	return filepath.Join(b.root, sha[0:2], sha[2:4], sha)
+}
+
+// Open opens a blob for reading.
+func (b *Blobs) Open(sha string) (*os.File, error) {
+	if !ValidDigest(sha) {
+		return nil, fmt.Errorf("blobs: invalid digest %q", sha)
+	}
+	return os.Open(b.Path(sha))
+}
+
+// Stats reports how many blob files there are and their total size.
+func (b *Blobs) Stats() (count, bytes int64) { return b.count.Load(), b.bytes.Load() }
+
+func (b *Blobs) lock(sha string) *sync.Mutex {
+	hi, _ := hex.DecodeString(sha[:2])
+	return &b.locks[hi[0]]
+}
+
+// BlobWriter writes a new blob to a temp file, hashing it with MD5, SHA-1,
+// SHA-256 and SHA-512 in the same pass. It is not safe for concurrent use.
+type BlobWriter struct {
+	b      *Blobs
+	f      *os.File
+	name   string
+	md5    hash.Hash
+	sha1   hash.Hash
+	sha256 hash.Hash
+	sha512 hash.Hash
+	n      int64
+	closed bool
+}
+
+// Create starts a new blob in DATA_DIR/tmp.
+func (b *Blobs) Create() (*BlobWriter, error) {
+	f, err := os.CreateTemp(b.tmp, "blob-*")
+	if err != nil {
+		return nil, fmt.Errorf("blobs: %w", err)
+	}
+	return &BlobWriter{b: b, f: f, name: f.Name(),
+		md5: md5.New(), sha1: sha1.New(), sha256: sha256.New(), sha512: sha512.New()}, nil
+}
+
+// Name is the temp file's path. Readers may open it while it grows: an open
+// descriptor stays valid after Publish renames the file.
+func (w *BlobWriter) Name() string { return w.name }
+
+// Size is how many bytes were written so far.
+func (w *BlobWriter) Size() int64 { return w.n }
+
+// Write appends p to the file and the hashes.
+func (w *BlobWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if n > 0 {
+		q := p[:n]
+		w.md5.Write(q)
+		w.sha1.Write(q)
+		w.sha256.Write(q)
+		w.sha512.Write(q)
+		w.n += int64(n)
+	}
+	return n, err
+}
+
+// Finish makes the temp file durable (fsync) and closes it; the digests name
+// the blob. The temp file stays until Publish or Abort.
+func (w *BlobWriter) Finish() (Digests, error) {
+	if w.closed {
+		return Digests{}, errors.New("blobs: writer already finished")
+	}
+	w.closed = true
+	if err := w.f.Sync(); err != nil {
+		w.f.Close()
+		return Digests{}, fmt.Errorf("blobs: fsync: %w", err)
+	}
+	if err := w.f.Close(); err != nil {
+		return Digests{}, fmt.Errorf("blobs: %w", err)
+	}
+	return Digests{
+		Size:   w.n,
+		MD5:    hex.EncodeToString(w.md5.Sum(nil)),
+		SHA1:   hex.EncodeToString(w.sha1.Sum(nil)),
+		SHA256: hex.EncodeToString(w.sha256.Sum(nil)),
+		SHA512: hex.EncodeToString(w.sha512.Sum(nil)),
+	}, nil
+}
+
+// Abort drops the temp file. It is safe to call after Publish (it does
+// nothing then) and more than once.
+func (w *BlobWriter) Abort() {
+	if !w.closed {
+		w.closed = true
+		w.f.Close()
+	}
+	if w.name != "" {
+		os.Remove(w.name)
+		w.name = ""
+	}
+}
+
+// Publish moves a finished blob into place and then writes e (whose digests
+// and size are set from d here) to the index like PutCacheEntry, holding the
+// digest's lock throughout so the collector cannot remove the file between
+// the rename and the commit. When the same bytes are already stored the temp
+// file is dropped and the existing blob is used. If the index write fails and
+// nothing refers to the blob, its file is removed again. When e replaces an
+// entry whose blob thereby lost its last reference (an upstream changed the
+// file), that blob file is removed too.
+func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (CacheEntry, error) {
+	if !w.closed || w.name == "" {
+		return e, errors.New("blobs: publish of an unfinished or aborted writer")
+	}
+	e.Size, e.MD5, e.SHA1, e.SHA256, e.SHA512 = d.Size, d.MD5, d.SHA1, d.SHA256, d.SHA512
+	mu := b.lock(d.SHA256)
+	mu.Lock()
+	created, err := b.place(w.name, d.SHA256, d.Size)
+	w.name = ""
+	if err != nil {
+		mu.Unlock()
+		return e, err
+	}
+	out, replaced, err := s.putEntryReplacing(e)
+	if err != nil && created {
+		b.reapLocked(s, d.SHA256)
+	}
+	mu.Unlock()
+	if err != nil {
+		return out, err
+	}
+	// One lock at a time, never two: two publishes swapping the same pair
+	// of digests must not deadlock.
+	if replaced != "" && ValidDigest(replaced) {
+		b.reap(s, replaced)
+	}
+	return out, nil
+}
+
+// putEntryReplacing is PutCacheEntry that also returns the digest of the
+// blob the replaced entry pointed at, when that blob lost its last reference.
+func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
+	now := s.clock()
+	var freed string
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		var old CacheEntry
+		had := getJSON(tx.Bucket(bktCacheEntries), cacheKey(e.UpstreamID, e.RelativePath), &old)
+		if err := putCacheEntryTx(tx, &e, now); err != nil {
+			return err
+		}
+		if had && old.SHA256 != e.SHA256 && tx.Bucket(bktBlobRefs).Get([]byte(old.SHA256)) == nil {
+			freed = old.SHA256
+		}
+		return nil
+	})
+	return e, freed, err
+}
+
+// reap removes the blob file of sha if no entry refers to it, under its
+// lock, and reports whether it did and the bytes freed.
+func (b *Blobs) reap(s *Store, sha string) (bool, int64) {
+	mu := b.lock(sha)
+	mu.Lock()
+	defer mu.Unlock()
+	return b.reapLocked(s, sha)
+}
+
+func (b *Blobs) reapLocked(s *Store, sha string) (bool, int64) {
+	if s.BlobReferenced(sha) {
+		return false, 0
+	}
+	fi, err := os.Stat(b.Path(sha))
+	if err != nil || !b.removeLocked(sha, fi.Size()) {
+		return false, 0
+	}
+	return true, fi.Size()
+}
+
+// place renames tmp to the blob's path, or drops tmp when the blob exists.
+// created reports whether a new file appeared.
+func (b *Blobs) place(tmp, sha string, size int64) (created bool, err error) {
+	dst := b.Path(sha)
+	old, statErr := os.Stat(dst)
+	if statErr == nil && old.Size() == size {
+		// Content addressing: these bytes are stored already.
+		os.Remove(tmp)
+		return false, nil
+	}
+	if err := b.mkdirs(sha); err != nil {
+		os.Remove(tmp)
+		return false, err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("blobs: %w", err)
+	}
+	if err := SyncDir(dst); err != nil {
+		// The rename may not be durable, and a crash would lose a file the
+		// index points at: undo and fail.
+		os.Remove(dst)
+		return false, fmt.Errorf("blobs: fsync directory: %w", err)
+	}
+	if statErr == nil {
+		// A file of the wrong size under this digest (damaged outside
+		// registryd) was replaced by the right bytes.
+		b.bytes.Add(size - old.Size())
+	} else {
+		b.count.Add(1)
+		b.bytes.Add(size)
+	}
+	return true, nil
+}
+
+// mkdirs creates ab/ and ab/cd/ for sha, fsyncing each parent whose entry
+// list changed, so the directories survive a crash as the blob does.
+func (b *Blobs) mkdirs(sha string) error {
+	for _, dir := range []string{filepath.Join(b.root, sha[0:2]), filepath.Join(b.root, sha[0:2], sha[2:4])} {
+		err := os.Mkdir(dir, 0o750)
+		switch {
+		case err == nil:
+			if err := SyncDir(filepath.Dir(dir)); err != nil {
+				return fmt.Errorf("blobs: fsync directory: %w", err)
+			}
+		case !errors.Is(err, fs.ErrExist):
+			return fmt.Errorf("blobs: %w", err)
+		}
+	}
+	return nil
+}
+
+// removeLocked unlinks a blob file; the caller holds the digest's lock.
+func (b *Blobs) removeLocked(sha string, size int64) bool {
+	if err := os.Remove(b.Path(sha)); err != nil {
+		return false
+	}
+	b.count.Add(-1)
+	b.bytes.Add(-size)
+	return true
+}
+
+// CollectResult is what one Collect batch destroyed.
+type CollectResult struct {
+	Entries      int   // pending entries destroyed
+	BlobsRemoved int   // blob files unlinked
+	BytesFreed   int64 // size of those files
+}
+
+// Collect destroys up to max cache entries marked for destruction (one index
+// transaction) and removes the blob files that lost their last reference.
+func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
+	c, err := s.CollectPending(max)
+	out := CollectResult{Entries: c.Entries}
+	if err != nil {
+		return out, err
+	}
+	for _, sha := range c.Unreferenced {
+		if !ValidDigest(sha) {
+			continue
+		}
+		// The reference is checked again under the digest's lock: a fill
+		// may have published the same bytes since the commit.
+		if removed, n := b.reap(s, sha); removed {
+			out.BlobsRemoved++
+			out.BytesFreed += n
+		}
+	}
+	return out, nil
+}
+
+// SweepResult is what Sweep found on disk.
+type SweepResult struct {
+	Blobs        int64 // referenced blob files kept
+	Bytes        int64 // their size
+	Removed      int   // orphan blob files removed
+	RemovedBytes int64
+}
+
+// Sweep walks the blob files once at start: files the index does not refer
+// to (a crash between an index commit and the unlink that follows it) are
+// removed, and the file count and size for metrics are set. Run it before
+// serving; it takes no locks. Files whose name is not a digest are left alone.
+func (b *Blobs) Sweep(s *Store) (SweepResult, error) {
+	var out SweepResult
+	sizes := map[string]int64{}
+	err := filepath.WalkDir(b.root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !d.Type().IsRegular() {
+			return nil
+		}
+		name := d.Name()
+		if !ValidDigest(name) || path != b.Path(name) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		sizes[name] = fi.Size()
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("blobs: sweep: %w", err)
+	}
+	referenced, err := s.referencedBlobs(sizes)
+	if err != nil {
+		return out, fmt.Errorf("blobs: sweep: %w", err)
+	}
+	for sha, size := range sizes {
+		if referenced[sha] {
+			out.Blobs++
+			out.Bytes += size
+			continue
+		}
+		if err := os.Remove(b.Path(sha)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return out, fmt.Errorf("blobs: sweep: %w", err)
+		}
+		out.Removed++
+		out.RemovedBytes += size
+	}
+	b.count.Store(out.Blobs)
+	b.bytes.Store(out.Bytes)
+	return out, nil
+}
+
+// referencedBlobs reports which of the digests the index refers to, in one
+// read transaction.
+func (s *Store) referencedBlobs(shas map[string]int64) (map[string]bool, error) {
+	out := make(map[string]bool, len(shas))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktBlobRefs)
+		for sha := range shas {
+			if b.Get([]byte(sha)) != nil {
+				out[sha] = true
+			}
+		}
+		return nil
+	})
+	return out, err
+}
