@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // ByteSize is a size in bytes, written in YAML or the environment as a plain
@@ -47,15 +49,15 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n) * mult, nil
 }
 
-// UnmarshalYAML accepts an integer or a string with a unit.
-func (b *ByteSize) UnmarshalYAML(unmarshal func(any) error) error {
-	var s string
-	if err := unmarshal(&s); err != nil {
-		return err
+// UnmarshalYAML accepts an integer or a string with a unit. A bad value is a
+// *yaml.TypeError, so the decoder goes on and Load reports it with the rest.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if n.Kind != yaml.ScalarNode {
+		err = fmt.Errorf("a size must be a number or a string like 4MiB")
 	}
-	v, err := ParseByteSize(s)
 	if err != nil {
-		return err
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*b = v
 	return nil

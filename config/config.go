@@ -173,6 +173,11 @@ type Cache struct {
 	CollectInterval time.Duration `yaml:"collect_interval"`
 	// FlushInterval is how often download counters are written. Default 1s.
 	FlushInterval time.Duration `yaml:"flush_interval"`
+	// MemoryBytes is how many bytes of small cached files are also kept in
+	// memory, so a hit on them touches no file. 0 turns it off. Default 32MiB.
+	MemoryBytes ByteSize `yaml:"memory_bytes"`
+	// MemoryMaxFileBytes is the largest file kept in memory. Default 64KiB.
+	MemoryMaxFileBytes ByteSize `yaml:"memory_max_file_bytes"`
 }
 
 // Shutdown bounds a graceful stop.
@@ -221,9 +226,11 @@ func Default() Config {
 		Features: Features{VirtualRegistry: true},
 		Auth:     Auth{CacheTTL: 60 * time.Second, CacheSize: 10000},
 		Cache: Cache{
-			MaxFileBytes:    5 * GiB,
-			CollectInterval: 2 * time.Second,
-			FlushInterval:   time.Second,
+			MaxFileBytes:       5 * GiB,
+			CollectInterval:    2 * time.Second,
+			FlushInterval:      time.Second,
+			MemoryBytes:        32 * MiB,
+			MemoryMaxFileBytes: 64 * KiB,
 		},
 		Shutdown: Shutdown{Timeout: 30 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
@@ -231,9 +238,13 @@ func Default() Config {
 }
 
 // Load returns the defaults, overlaid by the YAML file at path (when path is not
-// empty), overlaid by REGISTRYD_* variables from environ, and validated.
+// empty), overlaid by REGISTRYD_* variables from environ, and validated. Every
+// problem found on the way (unknown or ill-typed keys in the file, unknown or
+// malformed variables, invalid values) is reported at once as Problems; only
+// an unreadable file or a YAML syntax error stops earlier.
 func Load(path string, environ []string) (Config, error) {
 	cfg := Default()
+	var all Problems
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -243,14 +254,24 @@ func Load(path string, environ []string) (Config, error) {
 		dec.KnownFields(true)
 		// An empty file is no settings, not an error.
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, fmt.Errorf("config: %s: %w", path, err)
+			var te *yaml.TypeError
+			if !errors.As(err, &te) {
+				return cfg, fmt.Errorf("config: %s: %w", path, err)
+			}
+			for _, e := range te.Errors {
+				all = append(all, path+": "+e)
+			}
 		}
 	}
-	if err := applyEnv(&cfg, environ); err != nil {
-		return cfg, err
+	var p Problems
+	if err := applyEnv(&cfg, environ); errors.As(err, &p) {
+		all = append(all, p...)
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
+	if err := cfg.Validate(); errors.As(err, &p) {
+		all = append(all, p...)
+	}
+	if len(all) > 0 {
+		return cfg, all
 	}
 	return cfg, nil
 }
@@ -329,6 +350,9 @@ func (c Config) Validate() error {
 		if s.v <= 0 {
 			add("%s must be a positive size, got %d", s.name, s.v)
 		}
+	}
+	if c.Cache.MemoryBytes < 0 || c.Cache.MemoryMaxFileBytes < 0 {
+		add("cache.memory_bytes and cache.memory_max_file_bytes must not be negative")
 	}
 	if c.Proxy.Concurrency < 1 {
 		add("proxy.concurrency must be at least 1, got %d", c.Proxy.Concurrency)

@@ -1,0 +1,379 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "registryd.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// problems returns the individual problems of a Load or Validate error.
+func problems(t *testing.T, err error) Problems {
+	t.Helper()
+	var p Problems
+	if !errors.As(err, &p) {
+		t.Fatalf("err = %v (%T), want Problems", err, err)
+	}
+	return p
+}
+
+// wantProblems fails unless every fragment appears in some problem and there
+// are exactly len(fragments) problems.
+func wantProblems(t *testing.T, err error, fragments ...string) {
+	t.Helper()
+	p := problems(t, err)
+	for _, f := range fragments {
+		if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, f) }) {
+			t.Errorf("no problem mentions %q; problems:\n%s", f, err)
+		}
+	}
+	if len(p) != len(fragments) {
+		t.Errorf("%d problems, want %d:\n%s", len(p), len(fragments), err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("", nil)
+	if err != nil {
+		t.Fatalf("the defaults do not validate: %v", err)
+	}
+	if cfg != Default() {
+		t.Fatalf("Load without file or env differs from Default()")
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"data dir", cfg.Data.Dir, "./data"},
+		{"proxy listen", cfg.Proxy.Listen, ":8080"},
+		{"admin listen", cfg.Admin.Listen, "127.0.0.1:8081"},
+		{"admin body limit", cfg.Admin.MaxBodyBytes, 4 * MiB},
+		{"allow local network", cfg.Upstreams.AllowLocalNetwork, false},
+		{"check timeout", cfg.Upstreams.CheckTimeout, 5 * time.Second},
+		{"plan", cfg.License.Plan, PlanUltimate},
+		{"virtual registry", cfg.Features.VirtualRegistry, true},
+		{"root token", cfg.Root.Token, ""},
+		{"external url", cfg.External.URL, "http://localhost:8081"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if got := cfg.Path("secrets.key"); got != filepath.Join("data", "secrets.key") {
+		t.Errorf("Path = %q", got)
+	}
+}
+
+func TestYAMLFile(t *testing.T) {
+	path := writeFile(t, `
+data:
+  dir: /var/lib/registryd
+proxy:
+  listen: 0.0.0.0:9090
+  max_upload_bytes: 1GiB
+  read_timeout: 90s
+admin:
+  max_body_bytes: 1048576
+upstreams:
+  allow_local_network: true
+  check_timeout: 250ms
+license:
+  plan: premium
+features:
+  virtual_registry: false
+log:
+  level: debug
+`)
+	cfg, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"data dir", cfg.Data.Dir, "/var/lib/registryd"},
+		{"proxy listen", cfg.Proxy.Listen, "0.0.0.0:9090"},
+		{"upload limit with a unit", cfg.Proxy.MaxUploadBytes, GiB},
+		{"duration", cfg.Proxy.ReadTimeout, 90 * time.Second},
+		{"body limit as a plain integer", cfg.Admin.MaxBodyBytes, MiB},
+		{"bool", cfg.Upstreams.AllowLocalNetwork, true},
+		{"short duration", cfg.Upstreams.CheckTimeout, 250 * time.Millisecond},
+		{"plan", cfg.License.Plan, PlanPremium},
+		{"feature", cfg.Features.VirtualRegistry, false},
+		{"log level", cfg.Log.Level, "debug"},
+		{"untouched default", cfg.Admin.Listen, "127.0.0.1:8081"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	t.Run("empty file", func(t *testing.T) {
+		cfg, err := Load(writeFile(t, ""), nil)
+		if err != nil || cfg != Default() {
+			t.Fatalf("an empty file: %v", err)
+		}
+	})
+	t.Run("missing file", func(t *testing.T) {
+		_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("syntax error", func(t *testing.T) {
+		_, err := Load(writeFile(t, "data: [unclosed\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), "registryd.yaml") {
+			t.Fatalf("err = %v, want one naming the file", err)
+		}
+	})
+	t.Run("unknown and ill-typed keys are all listed", func(t *testing.T) {
+		_, err := Load(writeFile(t, `
+data:
+  dir: ./d
+  colour: blue
+proxy:
+  read_timeout: soon
+  max_upload_bytes: lots
+nonsense: 1
+`), nil)
+		wantProblems(t, err, "field colour not found", "soon", `"lots" is not a size`, "field nonsense not found")
+	})
+}
+
+func TestEnvOverrides(t *testing.T) {
+	path := writeFile(t, "data:\n  dir: /from/file\nproxy:\n  listen: 127.0.0.1:7000\n")
+	cfg, err := Load(path, []string{
+		"HOME=/root",                       // not ours: ignored
+		"REGISTRYD_CONFIG=/elsewhere.yaml", // read by main, not a setting
+		"REGISTRYD_DATA_DIR=/from/env",
+		"REGISTRYD_ADMIN_LISTEN=127.0.0.1:0",
+		"REGISTRYD_ADMIN_MAX_BODY_BYTES=8MiB",
+		"REGISTRYD_UPSTREAMS_CHECK_TIMEOUT=1500ms",
+		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK=true",
+		"REGISTRYD_UPSTREAMS_MAX_REDIRECTS=2",
+		"REGISTRYD_LICENSE_PLAN=free",
+		"REGISTRYD_FEATURES_VIRTUAL_REGISTRY=false",
+		"REGISTRYD_ROOT_TOKEN=rdpat-a-token-of-enough-length",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"env beats file", cfg.Data.Dir, "/from/env"},
+		{"file beats default", cfg.Proxy.Listen, "127.0.0.1:7000"},
+		{"string", cfg.Admin.Listen, "127.0.0.1:0"},
+		{"byte size", cfg.Admin.MaxBodyBytes, 8 * MiB},
+		{"duration", cfg.Upstreams.CheckTimeout, 1500 * time.Millisecond},
+		{"bool", cfg.Upstreams.AllowLocalNetwork, true},
+		{"int", cfg.Upstreams.MaxRedirects, 2},
+		{"plan", cfg.License.Plan, PlanFree},
+		{"feature", cfg.Features.VirtualRegistry, false},
+		{"root token", cfg.Root.Token, "rdpat-a-token-of-enough-length"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	t.Run("unknown and malformed variables are all listed", func(t *testing.T) {
+		_, err := Load("", []string{
+			"REGISTRYD_DATA_DIRR=/typo",
+			"REGISTRYD_ADMIN_MAX_BODY_BYTES=huge",
+			"REGISTRYD_UPSTREAMS_CHECK_TIMEOUT=5",
+			"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK=maybe",
+			"REGISTRYD_PROXY_CONCURRENCY=many",
+		})
+		wantProblems(t, err,
+			"REGISTRYD_DATA_DIRR is not a known setting",
+			"REGISTRYD_ADMIN_MAX_BODY_BYTES",
+			`REGISTRYD_UPSTREAMS_CHECK_TIMEOUT: "5" is not a duration`,
+			`REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK: "maybe" is not a boolean`,
+			`REGISTRYD_PROXY_CONCURRENCY: "many" is not an integer`)
+	})
+	t.Run("variable, file and value problems together", func(t *testing.T) {
+		_, err := Load(writeFile(t, "log:\n  level: loud\n  colour: red\n"), []string{
+			"REGISTRYD_NOPE=1",
+			"REGISTRYD_LICENSE_PLAN=gold",
+		})
+		wantProblems(t, err, "field colour not found", "REGISTRYD_NOPE is not a known setting",
+			`license.plan (REGISTRYD_LICENSE_PLAN): "gold"`, `log.level (REGISTRYD_LOG_LEVEL): "loud"`)
+	})
+}
+
+func TestEnvNamesCoverEverySetting(t *testing.T) {
+	names := EnvNames()
+	for _, want := range []string{
+		"REGISTRYD_DATA_DIR", "REGISTRYD_PROXY_LISTEN", "REGISTRYD_ADMIN_LISTEN", "REGISTRYD_EXTERNAL_URL",
+		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK", "REGISTRYD_LICENSE_PLAN", "REGISTRYD_FEATURES_VIRTUAL_REGISTRY",
+		"REGISTRYD_ROOT_TOKEN", "REGISTRYD_SECRETS_KEY", "REGISTRYD_ADMIN_MAX_BODY_BYTES", "REGISTRYD_UPSTREAMS_CHECK_TIMEOUT",
+	} {
+		if !slices.Contains(names, want) {
+			t.Errorf("EnvNames lacks %s", want)
+		}
+	}
+	// Every field of every section has a name: a new setting cannot be
+	// forgotten by the environment.
+	cfg := Default()
+	want := 0
+	for _, sec := range []any{cfg.Data, cfg.Proxy, cfg.Admin, cfg.External, cfg.Upstreams, cfg.License, cfg.Features,
+		cfg.Root, cfg.Secrets, cfg.Gateway, cfg.Auth, cfg.Cache, cfg.Shutdown, cfg.Log} {
+		want += reflect.TypeOf(sec).NumField()
+	}
+	if len(names) != want {
+		t.Fatalf("%d variable names for %d settings", len(names), want)
+	}
+}
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	cfg := Default()
+	cfg.Data.Dir = " "
+	cfg.Proxy.Listen = "nocolon"
+	cfg.Admin.Listen = "also-bad"
+	cfg.Admin.PprofListen = "x"
+	cfg.External.URL = "ftp://example.com"
+	cfg.License.Plan = "gold"
+	cfg.Proxy.ReadTimeout = 0
+	cfg.Upstreams.CheckTimeout = -time.Second
+	cfg.Admin.MaxBodyBytes = 0
+	cfg.Proxy.Concurrency = 0
+	cfg.Auth.CacheSize = 0
+	cfg.Upstreams.MaxRedirects = -1
+	cfg.Root.Token = "short"
+	cfg.Secrets.Key = "not-a-key"
+	cfg.Gateway.Secret = "short"
+	cfg.Log.Level = "loud"
+	cfg.Log.Format = "xml"
+	err := cfg.Validate()
+	wantProblems(t, err,
+		"data.dir (REGISTRYD_DATA_DIR) must not be empty",
+		`proxy.listen (REGISTRYD_PROXY_LISTEN): "nocolon" is not host:port`,
+		`admin.listen (REGISTRYD_ADMIN_LISTEN): "also-bad" is not host:port`,
+		"admin.pprof_listen",
+		"external.url (REGISTRYD_EXTERNAL_URL)",
+		"license.plan (REGISTRYD_LICENSE_PLAN)",
+		"proxy.read_timeout must be a positive duration",
+		"upstreams.check_timeout must be a positive duration",
+		"admin.max_body_bytes must be a positive size",
+		"proxy.concurrency must be at least 1",
+		"auth.cache_size must be at least 1",
+		"upstreams.max_redirects must not be negative",
+		"root.token (REGISTRYD_ROOT_TOKEN) must be at least 20 characters",
+		"secrets.key (REGISTRYD_SECRETS_KEY): must be 32 bytes",
+		"gateway.secret (REGISTRYD_GATEWAY_SECRET) must be at least 32 characters",
+		`log.level (REGISTRYD_LOG_LEVEL): "loud"`,
+		`log.format (REGISTRYD_LOG_FORMAT): "xml"`,
+	)
+	if msg := err.Error(); !strings.HasPrefix(msg, "invalid configuration:\n  - ") || strings.Count(msg, "\n  - ") != 17 {
+		t.Fatalf("message is not one problem per line:\n%s", msg)
+	}
+
+	t.Run("same listen address twice", func(t *testing.T) {
+		cfg := Default()
+		cfg.Proxy.Listen, cfg.Admin.Listen = "127.0.0.1:9000", "127.0.0.1:9000"
+		wantProblems(t, cfg.Validate(), "proxy.listen and admin.listen must differ")
+		cfg.Proxy.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("two kernel-chosen ports are fine: %v", err)
+		}
+	})
+}
+
+func TestParseByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want ByteSize
+		err  bool
+	}{
+		{"0", 0, false},
+		{"1048576", MiB, false},
+		{"512KiB", 512 * KiB, false},
+		{"64MiB", 64 * MiB, false},
+		{"5GiB", 5 * GiB, false},
+		{"1TiB", TiB, false},
+		{"4mb", 4 * MiB, false},
+		{" 2 G ", 2 * GiB, false},
+		{"10B", 10, false},
+		{"", 0, true},
+		{"-1", 0, true},
+		{"1.5GiB", 0, true},
+		{"lots", 0, true},
+		{"99999999999TiB", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseByteSize(tc.in)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("ParseByteSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		in   ByteSize
+		want string
+	}{{5 * GiB, "5GiB"}, {4 * MiB, "4MiB"}, {16 * KiB, "16KiB"}, {1000, "1000"}, {MiB + 1, "1048577"}} {
+		if got := tc.in.String(); got != tc.want {
+			t.Errorf("%d.String() = %q, want %q", int64(tc.in), got, tc.want)
+		}
+	}
+}
+
+func TestDecodeKey(t *testing.T) {
+	raw := []byte("0123456789abcdef0123456789abcdef")
+	tests := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{"hex", "3031323334353637383961626364656630313233343536373839616263646566", true},
+		{"base64", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", true},
+		{"raw base64 with spaces", "  MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY  ", true},
+		{"too short", "MDEy", false},
+		{"garbage", "not a key at all", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeKey(tc.in)
+			if tc.ok != (err == nil) || (tc.ok && string(got) != string(raw)) {
+				t.Fatalf("DecodeKey = %q, %v", got, err)
+			}
+		})
+	}
+}
+
+func TestPlanAtLeast(t *testing.T) {
+	tests := []struct {
+		p, min Plan
+		want   bool
+	}{
+		{PlanFree, PlanPremium, false},
+		{PlanPremium, PlanPremium, true},
+		{PlanUltimate, PlanPremium, true},
+		{PlanPremium, PlanUltimate, false},
+		{"gold", PlanFree, false},
+	}
+	for _, tc := range tests {
+		if got := tc.p.AtLeast(tc.min); got != tc.want {
+			t.Errorf("%s.AtLeast(%s) = %v", tc.p, tc.min, got)
+		}
+	}
+}
