@@ -32,6 +32,7 @@ type options struct {
 	out      string
 	keep     bool
 	scaleN   int
+	pprof    string
 }
 
 func main() {
@@ -43,6 +44,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/out/latest.json", "where to write the JSON results")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.IntVar(&o.scaleN, "scale-entries", 1_000_000, "cache entries for the scale scenario")
+	flag.StringVar(&o.pprof, "pprof", "", "serve registryd's pprof on this address (for profiling a scenario)")
 	flag.Parse()
 	if only != "" {
 		o.only = map[string]bool{}
@@ -134,7 +136,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	b.reg = &daemon{bin: bin, dataDir: filepath.Join(work, "data")}
+	b.reg = &daemon{bin: bin, dataDir: filepath.Join(work, "data"), pprof: o.pprof}
 	if err := b.reg.start(); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ const benchRootToken = "rdpat-bench-root-token-0123456789"
 // daemon is a registryd started by the bench.
 type daemon struct {
 	bin, dataDir string
+	pprof        string
 	cmd          *exec.Cmd
 	exited       chan struct{}
 	Proxy, Admin string // base URLs
@@ -57,6 +58,9 @@ func (d *daemon) start() error {
 		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK=true",
 		"REGISTRYD_LOG_FORMAT=json",
 		"REGISTRYD_LOG_LEVEL=info",
+	}
+	if d.pprof != "" {
+		cmd.Env = append(cmd.Env, "REGISTRYD_ADMIN_PPROF_LISTEN="+d.pprof)
 	}
 	pr, pw := io.Pipe()
 	cmd.Stdout = io.Discard

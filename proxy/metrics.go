@@ -64,6 +64,7 @@ type gauges struct {
 	cache    func() store.CacheStats
 	inflight func() int
 	pending  func() int
+	memory   func() int64
 }
 
 func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
@@ -158,6 +159,10 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "cache", Name: "download_counts_pending",
 			Help: "Cache entries whose download counts wait in memory for the next flush.",
 		}, func() float64 { return float64(g.pending()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "memory_bytes",
+			Help: "Bytes of small cached files also held in memory (cache.memory_bytes bounds it).",
+		}, func() float64 { return float64(g.memory()) }),
 	}
 	if reg == nil {
 		return m, nil

@@ -87,14 +87,20 @@ func (s *Server) serveEntry(ctx *fasthttp.RequestCtx, p maven.Path, v *entryView
 		h.SetContentLength(int(n))
 		return nil
 	}
+	if s.small.fits(size) {
+		b, err := s.small.load(v.e.SHA256, v.blob, size)
+		if err != nil {
+			return s.blobError(v, err)
+		}
+		// The bytes are shared and immutable: fasthttp writes them without a copy.
+		ctx.Response.SetBodyRaw(b[start : start+n])
+		s.met.served.Add(float64(n))
+		s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
+		return nil
+	}
 	f, err := os.Open(v.blob)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			s.log.Error("a cached entry's blob file is missing; fetching it again",
-				"upstream", v.e.UpstreamID, "path", v.e.RelativePath, "blob", v.e.SHA256)
-			return errBlobGone
-		}
-		return err
+		return s.blobError(v, err)
 	}
 	if start > 0 {
 		if _, err := f.Seek(start, io.SeekStart); err != nil {
@@ -108,6 +114,17 @@ func (s *Server) serveEntry(ctx *fasthttp.RequestCtx, p maven.Path, v *entryView
 	s.met.served.Add(float64(n))
 	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 	return nil
+}
+
+// blobError turns a missing blob file into errBlobGone, so the file is
+// fetched again rather than failing every request for it.
+func (s *Server) blobError(v *entryView, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		s.log.Error("a cached entry's blob file is missing; fetching it again",
+			"upstream", v.e.UpstreamID, "path", v.e.RelativePath, "blob", v.e.SHA256)
+		return errBlobGone
+	}
+	return err
 }
 
 // serveDigest answers a checksum sidecar from the digests stored with its

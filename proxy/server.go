@@ -78,6 +78,7 @@ type Server struct {
 
 	regs    *lru.Cache[int64, *registryView]
 	entries *lru.Cache[entryKey, *entryView]
+	small   *smallBlobs // nil when disabled
 
 	flightsMu sync.Mutex
 	flights   map[flightKey]*flight
@@ -132,11 +133,15 @@ func New(d Deps) (*Server, error) {
 	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
 		return nil, err
 	}
+	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {
+		return nil, err
+	}
 	s.met, err = newMetrics(d.Registerer, gauges{
 		blobs:    d.Blobs.Stats,
 		cache:    d.Store.CacheStats,
 		inflight: s.inflight,
 		pending:  s.downloads.pending,
+		memory:   s.small.held,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
