@@ -43,10 +43,6 @@ var (
 	errRecordMissing = message(http.StatusNotFound, "404 Not found")
 	errRouteNotFound = &httpError{status: http.StatusNotFound, body: map[string]any{"error": "404 Not Found"}}
 	errTooLarge      = message(http.StatusRequestEntityTooLarge, "413 Request Entity Too Large")
-	errInsufficient  = &httpError{status: http.StatusForbidden, body: map[string]any{
-		"error":             "insufficient_scope",
-		"error_description": "The request requires higher privileges than provided by the access token.",
-	}}
 )
 
 func insufficientScope(scopes string) *httpError {

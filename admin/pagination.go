@@ -51,29 +51,39 @@ func (s *Server) setPageHeaders(w http.ResponseWriter, r *http.Request, pg page,
 	h.Set("X-Per-Page", strconv.Itoa(pg.PerPage))
 	h.Set("X-Total", strconv.Itoa(total))
 	h.Set("X-Total-Pages", strconv.Itoa(pages))
-	next, prev := "", ""
+	// Past the end, the previous page is the last one: X-Prev-Page and the
+	// prev link must name the same page.
+	nextN, prevN := 0, 0
 	if pg.Page < pages {
-		next = strconv.Itoa(pg.Page + 1)
+		nextN = pg.Page + 1
 	}
 	if pg.Page > 1 {
-		prev = strconv.Itoa(min(pg.Page-1, pages))
+		prevN = min(pg.Page-1, pages)
 	}
-	h.Set("X-Next-Page", next)
-	h.Set("X-Prev-Page", prev)
+	h.Set("X-Next-Page", pageNumber(nextN))
+	h.Set("X-Prev-Page", pageNumber(prevN))
 
 	var links []string
 	link := func(n int, rel string) {
 		links = append(links, "<"+s.pageURL(r, n, pg.PerPage)+`>; rel="`+rel+`"`)
 	}
-	if prev != "" {
-		link(pg.Page-1, "prev")
+	if prevN != 0 {
+		link(prevN, "prev")
 	}
-	if next != "" {
-		link(pg.Page+1, "next")
+	if nextN != 0 {
+		link(nextN, "next")
 	}
 	link(1, "first")
 	link(pages, "last")
 	h.Set("Link", strings.Join(links, ", "))
+}
+
+// pageNumber is a page header value: empty for no page.
+func pageNumber(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // pageURL is the request URL on the external host with page and per_page

@@ -33,6 +33,19 @@ type assocView struct {
 	Position   int   `json:"position"`
 }
 
+// associationView is what POST and PATCH registry_upstreams answer. A struct,
+// not a map: GitLab's field order is id, registry_id, upstream_id, position.
+type associationView struct {
+	ID         int64 `json:"id"`
+	RegistryID int64 `json:"registry_id"`
+	UpstreamID int64 `json:"upstream_id"`
+	Position   int   `json:"position"`
+}
+
+func associationJSON(a store.RegistryUpstream) associationView {
+	return associationView{ID: a.ID, RegistryID: a.RegistryID, UpstreamID: a.UpstreamID, Position: a.Position}
+}
+
 type upstreamView struct {
 	ID                         int64        `json:"id"`
 	Name                       string       `json:"name"`
@@ -379,9 +392,7 @@ func (s *Server) associate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"id": a.ID, "registry_id": a.RegistryID, "upstream_id": a.UpstreamID, "position": a.Position,
-	})
+	writeJSON(w, http.StatusCreated, associationJSON(a))
 	return nil
 }
 
@@ -432,9 +443,7 @@ func (s *Server) moveAssociation(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id": moved.ID, "registry_id": moved.RegistryID, "upstream_id": moved.UpstreamID, "position": moved.Position,
-	})
+	writeJSON(w, http.StatusOK, associationJSON(moved))
 	return nil
 }
 

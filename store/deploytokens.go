@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -25,6 +26,10 @@ type DeployToken struct {
 // Active reports whether the token may authenticate at now.
 func (t DeployToken) Active(now time.Time) bool { return !t.Revoked && !expired(t.ExpiresAt, now) }
 
+// deployUsernameRE is GitLab's rule for deploy token usernames: unlike user
+// names they may contain '+', as the default gitlab+deploy-token-<id> does.
+var deployUsernameRE = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
+
 // NewDeployToken is the input of CreateDeployToken.
 type NewDeployToken struct {
 	GroupID        int64
@@ -42,7 +47,7 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 	validScopes(v, n.Scopes, DeployScopes)
 	if len(n.Username) > 255 {
 		v.Add("username", "is too long (maximum is 255 characters)")
-	} else if n.Username != "" && !usernameRE.MatchString(n.Username) {
+	} else if n.Username != "" && !deployUsernameRE.MatchString(n.Username) {
 		v.Add("username", "can contain only letters, digits, '_', '-', '+', and '.'")
 	}
 	if n.ExpiresAt != nil && !n.ExpiresAt.After(s.clock()) {

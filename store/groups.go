@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -56,11 +57,15 @@ func validPath(v *ValidationError, path string) {
 	}
 }
 
+// overLimit reports whether s has more than max characters. Limits count
+// characters, as GitLab's do, not bytes: a name of 255 accented letters fits.
+func overLimit(s string, max int) bool { return utf8.RuneCountInString(s) > max }
+
 func validName(v *ValidationError, name string, max int) {
 	switch {
 	case strings.TrimSpace(name) == "":
 		v.Add("name", "can't be blank")
-	case len(name) > max:
+	case overLimit(name, max):
 		v.Add("name", "is too long (maximum is "+strconv.Itoa(max)+" characters)")
 	}
 }
@@ -76,7 +81,7 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 	if !validVisibility(n.Visibility) {
 		v.Add("visibility_level", "is invalid")
 	}
-	if len(n.Description) > 1024 {
+	if overLimit(n.Description, 1024) {
 		v.Add("description", "is too long (maximum is 1024 characters)")
 	}
 	if err := v.Err(); err != nil {

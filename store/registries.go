@@ -25,7 +25,7 @@ type Registry struct {
 func validRegistry(name, description string) error {
 	v := &ValidationError{}
 	validName(v, name, 255)
-	if len(description) > 1024 {
+	if overLimit(description, 1024) {
 		v.Add("description", "is too long (maximum is 1024 characters)")
 	}
 	return v.Err()

@@ -45,6 +45,14 @@ type Store struct {
 // ErrLocked means another process holds the database.
 var ErrLocked = errors.New("the data directory is in use by another registryd process")
 
+// ErrWrongKey means the secret key is not the one this database was created
+// with: no sealed password could be read. Open refuses such a key at once
+// rather than failing on the first upstream that has a password.
+var ErrWrongKey = errors.New("the secrets key does not match this database: restore the original key (DATA_DIR/secrets.key or secrets.key)")
+
+// keyCheck is sealed into the meta bucket on first open to recognise the key.
+const keyCheck = "registryd secrets key check"
+
 // Open opens (creating when needed) DIR/registry.db.
 func Open(dir string, o Options) (*Store, error) {
 	if o.LockTimeout == 0 {
@@ -79,9 +87,19 @@ func Open(dir string, o Options) (*Store, error) {
 		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) > schemaVersion {
 			return fmt.Errorf("registry.db has schema version %d; this registryd knows %d: upgrade registryd", btoi(v), schemaVersion)
 		}
+		if sealed := meta.Get(metaKeyCheck); sealed != nil {
+			if plain, err := s.open(sealed); err != nil || plain != keyCheck {
+				return ErrWrongKey
+			}
+		} else if err := meta.Put(metaKeyCheck, s.seal(keyCheck)); err != nil {
+			return err
+		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {
 		db.Close()
+		if errors.Is(err, ErrWrongKey) {
+			return nil, fmt.Errorf("store: %s: %w", path, err)
+		}
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	return st, nil

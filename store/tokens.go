@@ -70,7 +70,7 @@ func validTokenName(v *ValidationError, name string) {
 	switch {
 	case name == "":
 		v.Add("name", "can't be blank")
-	case len(name) > 255:
+	case overLimit(name, 255):
 		v.Add("name", "is too long (maximum is 255 characters)")
 	}
 }

@@ -60,11 +60,11 @@ func validUpstream(u Upstream) error {
 	switch {
 	case u.URL == "":
 		v.Add("url", "can't be blank")
-	case len(u.URL) > 255:
+	case overLimit(u.URL, 255):
 		v.Add("url", "is too long (maximum is 255 characters)")
 	}
 	validName(v, u.Name, 255)
-	if len(u.Description) > 1024 {
+	if overLimit(u.Description, 1024) {
 		v.Add("description", "is too long (maximum is 1024 characters)")
 	}
 	if u.CacheValidityHours < 0 {
@@ -73,10 +73,10 @@ func validUpstream(u Upstream) error {
 	if u.MetadataCacheValidityHours < 1 {
 		v.Add("metadata_cache_validity_hours", "must be greater than 0")
 	}
-	if len(u.Username) > 510 {
+	if overLimit(u.Username, 510) {
 		v.Add("username", "is too long (maximum is 510 characters)")
 	}
-	if len(u.Password) > 510 {
+	if overLimit(u.Password, 510) {
 		v.Add("password", "is too long (maximum is 510 characters)")
 	}
 	if (u.Username == "") != (u.Password == "") {

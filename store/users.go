@@ -45,7 +45,7 @@ func (n NewUser) validate() error {
 	switch {
 	case strings.TrimSpace(n.Name) == "":
 		v.Add("name", "can't be blank")
-	case len(n.Name) > 255:
+	case overLimit(n.Name, 255):
 		v.Add("name", "is too long (maximum is 255 characters)")
 	}
 	switch {

@@ -1,0 +1,100 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"registryd/config"
+	"registryd/store"
+)
+
+// TestToHTTP is the one mapping from domain errors to answers.
+func TestToHTTP(t *testing.T) {
+	ve := &store.ValidationError{}
+	ve.Add("url", "must be a valid URL")
+	tests := []struct {
+		name   string
+		err    error
+		status int
+		body   string
+	}{
+		{"named resource", &store.NotFoundError{Resource: "Group"}, 404, `{"message":"404 Group Not Found"}`},
+		{"upstream", &store.NotFoundError{Resource: "Upstream"}, 404, `{"message":"404 Upstream Not Found"}`},
+		{"record by id", &store.NotFoundError{Resource: "Registry"}, 404, `{"message":"404 Not found"}`},
+		{"wrapped not found", fmt.Errorf("looking: %w", &store.NotFoundError{Resource: "User"}), 404, `{"message":"404 User Not Found"}`},
+		{"validation", ve, 400, `{"message":{"url":["must be a valid URL"]}}`},
+		{"not top level", store.ErrNotTopLevel, 400, `{"message":"400 Bad request - only available on top-level groups."}`},
+		{"precondition", store.ErrPreconditionFailed, 412, `{"message":"412 Precondition Failed"}`},
+		{"conflict", &store.ConflictError{Reason: "Member already exists"}, 409, `{"message":"Member already exists"}`},
+		{"body too large", &http.MaxBytesError{Limit: 10}, 413, `{"message":"413 Request Entity Too Large"}`},
+		{"parameter error", paramError("name is missing"), 400, `{"error":"name is missing"}`},
+		{"wrapped http error", fmt.Errorf("x: %w", errForbidden), 403, `{"message":"403 Forbidden"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			he := toHTTP(tc.err)
+			if he == nil {
+				t.Fatalf("%v is not mapped", tc.err)
+			}
+			raw, err := json.Marshal(he.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if he.status != tc.status || string(raw) != tc.body {
+				t.Fatalf("%d %s, want %d %s", he.status, raw, tc.status, tc.body)
+			}
+		})
+	}
+	if he := toHTTP(errors.New("disk on fire")); he != nil {
+		t.Fatalf("an unexpected error mapped to %d", he.status)
+	}
+}
+
+// TestUnexpectedErrorsAnswer500 checks that a 500, from an error or a panic,
+// carries a request id and never the error's text, which goes to the log
+// line with the same id.
+func TestUnexpectedErrorsAnswer500(t *testing.T) {
+	const secret = "dial tcp 10.0.0.1: password=hunter2"
+	for _, tc := range []struct {
+		name string
+		h    handler
+	}{
+		{"error", func(http.ResponseWriter, *http.Request) error { return errors.New(secret) }},
+		{"panic", func(http.ResponseWriter, *http.Request) error { panic(secret) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			s := &Server{log: slog.New(slog.NewJSONHandler(&logs, nil)), cfg: config.Default()}
+			var err error
+			if s.met, err = newMetrics(nil); err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			s.wrap("test", tc.h).ServeHTTP(rec, httptest.NewRequest("GET", "/api/v4/x", nil))
+			if rec.Code != 500 {
+				t.Fatalf("status %d", rec.Code)
+			}
+			var body map[string]string
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			id := rec.Header().Get("X-Request-Id")
+			if body["message"] != "500 Internal Server Error" || body["request_id"] != id || id == "" {
+				t.Fatalf("body %v, request id %q", body, id)
+			}
+			if strings.Contains(rec.Body.String(), "hunter2") {
+				t.Fatal("the 500 body carries the error text")
+			}
+			if !strings.Contains(logs.String(), id) || !strings.Contains(logs.String(), "hunter2") {
+				t.Fatalf("the log line lacks the request id or the error: %s", logs.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// testKey seals passwords in tests; otherKey is a different installation's key.
+var (
+	testKey  = bytes.Repeat([]byte{0x42}, 32)
+	otherKey = bytes.Repeat([]byte{0x24}, 32)
+)
+
+// testClock is a settable test clock.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *testClock {
+	return &testClock{t: time.Date(2026, 3, 14, 9, 26, 53, 589_793_238, time.UTC)}
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// openTest opens a fresh store in a temp dir with the test key and clock.
+func openTest(t *testing.T) (*Store, *testClock) {
+	t.Helper()
+	c := newClock()
+	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: c.Now})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+// ok fails the test on err and otherwise returns v: ok(s.Thing(...))(t).
+func ok[T any](v T, err error) func(testing.TB) T {
+	return func(t testing.TB) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+// topGroup creates a top-level group.
+func topGroup(t testing.TB, s *Store, path string) Group {
+	t.Helper()
+	return ok(s.CreateGroup(NewGroup{Name: path, Path: path}))(t)
+}
+
+// user creates a user named name.
+func user(t testing.TB, s *Store, name string) User {
+	t.Helper()
+	return ok(s.CreateUser(NewUser{Username: name, Name: name, Email: name + "@example.com"}))(t)
+}
+
+// up creates an upstream with url under registry.
+func up(t testing.TB, s *Store, registry int64, url string) PositionedUpstream {
+	t.Helper()
+	return ok(s.CreateUpstream(registry, NewUpstream{URL: url, Name: url}))(t)
+}
+
+// upstreamOrder is the registry's upstream ids in position order, checking on the way
+// that positions are exactly 1..n.
+func upstreamOrder(t testing.TB, s *Store, registry int64) []int64 {
+	t.Helper()
+	list := ok(s.RegistryUpstreams(registry))(t)
+	ids := make([]int64, 0, len(list))
+	for i, u := range list {
+		if u.Assoc.Position != i+1 {
+			t.Fatalf("registry %d: upstream %d at position %d, want %d (positions must stay 1..n)",
+				registry, u.ID, u.Assoc.Position, i+1)
+		}
+		ids = append(ids, u.ID)
+	}
+	return ids
+}
+
+func wantOrder(t testing.TB, s *Store, registry int64, want ...int64) {
+	t.Helper()
+	got := upstreamOrder(t, s, registry)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("registry %d order = %v, want %v", registry, got, want)
+	}
+}
+
+// wantValidation fails unless err is a *ValidationError with msg on field.
+func wantValidation(t testing.TB, err error, field, msg string) {
+	t.Helper()
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v (%T), want a ValidationError on %s", err, err, field)
+	}
+	for _, m := range ve.Fields[field] {
+		if m == msg {
+			return
+		}
+	}
+	t.Fatalf("validation = %v, want %s: %q", ve.Fields, field, msg)
+}
+
+// snapshot is every key, value and sequence of every bucket, to prove that a
+// failed mutation wrote nothing.
+func snapshot(t testing.TB, s *Store) string {
+	t.Helper()
+	var lines []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			lines = append(lines, fmt.Sprintf("%s seq=%d", name, b.Sequence()))
+			return b.ForEach(func(k, v []byte) error {
+				lines = append(lines, fmt.Sprintf("%s %s=%s", name, hex.EncodeToString(k), hex.EncodeToString(v)))
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(lines)
+	var b bytes.Buffer
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// rawContains reports whether any key or value anywhere in the database
+// contains needle.
+func rawContains(t testing.TB, s *Store, needle []byte) bool {
+	t.Helper()
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				if bytes.Contains(k, needle) || bytes.Contains(v, needle) {
+					found = true
+				}
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// noErr fails the test on err.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}
