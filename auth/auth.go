@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
@@ -92,15 +93,22 @@ func (c *Credentials) ParseAuthorization(h string) {
 		return
 	}
 	rest = strings.TrimSpace(rest)
-	switch strings.ToLower(scheme) {
-	case "bearer":
+	switch {
+	case strings.EqualFold(scheme, "bearer"):
 		c.Bearer = rest
-	case "basic":
-		raw, err := base64.StdEncoding.DecodeString(rest)
+	case strings.EqualFold(scheme, "basic"):
+		// Decoded on the stack and turned into one string: this runs on
+		// every download request.
+		var buf [512]byte
+		if base64.StdEncoding.DecodedLen(len(rest)) > len(buf) {
+			return
+		}
+		// Decode only reads its source: viewing the string's bytes avoids a copy.
+		n, err := base64.StdEncoding.Decode(buf[:], unsafe.Slice(unsafe.StringData(rest), len(rest)))
 		if err != nil {
 			return
 		}
-		u, p, ok := strings.Cut(string(raw), ":")
+		u, p, ok := strings.Cut(string(buf[:n]), ":")
 		if !ok {
 			return
 		}
@@ -119,8 +127,16 @@ type Service struct {
 	now func() time.Time
 	cfg config.Config
 
-	principals *expirable.LRU[string, principalEntry]
+	principals *expirable.LRU[principalKey, principalEntry]
 	levels     *expirable.LRU[levelKey, levelEntry]
+}
+
+// principalKey identifies a credential by the hash of its secret, never the
+// secret itself; a fixed-size key builds without allocating.
+type principalKey struct {
+	kind string // "pat", "deploy" or "basic"
+	user string // the Basic username
+	sum  [sha256.Size]byte
 }
 
 type principalEntry struct {
@@ -147,7 +163,7 @@ func New(st *store.Store, cfg config.Config, now func() time.Time) *Service {
 	}
 	return &Service{
 		st: st, now: now, cfg: cfg,
-		principals: expirable.NewLRU[string, principalEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
+		principals: expirable.NewLRU[principalKey, principalEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
 		levels:     expirable.NewLRU[levelKey, levelEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
 	}
 }
@@ -197,8 +213,10 @@ func (s *Service) Authenticate(c Credentials, surface Surface) (Principal, error
 }
 
 func (s *Service) lookup(token, basicUser, kindHint string) (Principal, error) {
-	sum := sha256.Sum256([]byte(token))
-	key := kindHint + "\x00" + basicUser + "\x00" + string(sum[:])
+	// Sum256 only reads its input: hashing a view of the token's bytes avoids
+	// copying a secret onto the heap.
+	key := principalKey{kind: kindHint, user: basicUser, sum: sha256.Sum256(unsafe.Slice(unsafe.StringData(token), len(token)))}
+	sum := key.sum
 	gen := s.st.AuthGeneration()
 	if e, ok := s.principals.Get(key); ok && e.gen == gen {
 		return e.p, e.err

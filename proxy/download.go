@@ -65,7 +65,7 @@ func (s *Server) principal(ctx *fasthttp.RequestCtx) (auth.Principal, error) {
 	}
 	// GitLab's API also takes the token as ?private_token=; parse the query
 	// only when there is one.
-	if c.PrivateToken == "" && len(ctx.URI().QueryString()) > 0 {
+	if c.PrivateToken == "" && bytes.IndexByte(ctx.Request.Header.RequestURI(), '?') >= 0 {
 		c.PrivateToken = b2s(ctx.QueryArgs().Peek("private_token"))
 	}
 	p, err := s.auth.Authenticate(c, auth.Download)

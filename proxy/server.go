@@ -209,7 +209,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // route dispatches on the raw path (never fasthttp's decoded, normalised
 // Path: proxy/maven judges the bytes as sent).
 func (s *Server) route(ctx *fasthttp.RequestCtx) (route, error) {
-	path := ctx.Request.URI().PathOriginal()
+	path := rawPath(ctx)
 	rest, ok := bytes.CutPrefix(path, downloadPrefix)
 	if !ok {
 		return rOther, errRouteNotFound
@@ -233,6 +233,22 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) (route, error) {
 	}
 	ctx.Response.Header.Set("Allow", "GET, HEAD")
 	return rOther, errMethod
+}
+
+// rawPath is the request path as sent, without the query. It is read from
+// the request line directly: ctx.URI() would parse and normalise the whole
+// URI on every request, work the Maven path parser does (stricter) anyway.
+// An absolute-form request line ("GET http://host/path") goes through the
+// full parser.
+func rawPath(ctx *fasthttp.RequestCtx) []byte {
+	raw := ctx.Request.Header.RequestURI()
+	if len(raw) == 0 || raw[0] != '/' {
+		return ctx.Request.URI().PathOriginal()
+	}
+	if i := bytes.IndexByte(raw, '?'); i >= 0 {
+		return raw[:i]
+	}
+	return raw
 }
 
 // b2s views b as a string without copying. The result must not outlive the
