@@ -85,6 +85,9 @@ func New(d Deps) (*Server, error) {
 	s.routesIdentity()
 	s.routesRegistries()
 	s.routesUpstreams()
+	s.routesDependencies()
+	s.routesEvents()
+	s.routesCacheEntries()
 	s.mount()
 	return s, nil
 }
@@ -192,9 +195,11 @@ func (s *Server) wrap(route string, h handler) http.Handler {
 	})
 }
 
-// bodyLimit is the admin body cap; SBOM uploads get their own larger one.
+// bodyLimit is the admin body cap; SBOM uploads and event imports, which
+// are streamed, get the larger SBOM one.
 func (s *Server) bodyLimit(r *http.Request) int64 {
-	if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/dependencies") {
+	if (r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/dependencies")) ||
+		(r.Method == http.MethodPost && r.URL.Path == "/api/v4/admin/events") {
 		return int64(s.cfg.Admin.MaxSBOMBytes)
 	}
 	return int64(s.cfg.Admin.MaxBodyBytes)

@@ -79,7 +79,15 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 		if err := tx.Bucket(bktGroupProjects).Put(pair(p.NamespaceID, id), nil); err != nil {
 			return err
 		}
-		return byPath.Put(lower(p.FullPath), itob(id))
+		if err := byPath.Put(lower(p.FullPath), itob(id)); err != nil {
+			return err
+		}
+		// The creation is the project's first event, by its creator, written
+		// with it. A project made by no user (CreatorID 0) has no author.
+		if _, ok := userTx(tx, p.CreatorID); !ok {
+			return nil
+		}
+		return recordEventTx(tx, Event{ProjectID: id, AuthorID: p.CreatorID, Action: ActionCreated, CreatedAt: p.CreatedAt})
 	})
 	return p, err
 }
@@ -109,12 +117,20 @@ func (s *Store) ProjectByRef(ref string) (Project, error) {
 }
 
 // AddProjectMember gives a user a direct membership of a project. actor is
-// who did it.
+// who did it. A joined event is recorded in the same transaction; its author
+// is the new member, as in GitLab, whoever added them.
 func (s *Store) AddProjectMember(project, user int64, level int, expires *time.Time, actor int64) (Member, error) {
-	return s.addMember(projectMembers, project, user, level, expires, nil)
+	return s.addMember(projectMembers, project, user, level, expires, func(tx *bolt.Tx, m Member) error {
+		return recordEventTx(tx, Event{ProjectID: project, AuthorID: m.UserID, Action: ActionJoined, CreatedAt: m.CreatedAt})
+	})
 }
 
-// RemoveProjectMember ends a direct membership of a project. actor is who did it.
+// RemoveProjectMember ends a direct membership of a project. actor is who did
+// it. A left event is recorded in the same transaction; its author is the
+// member who left, as in GitLab, whoever removed them.
 func (s *Store) RemoveProjectMember(project, user, actor int64) error {
-	return s.removeMember(projectMembers, project, user, nil)
+	now := s.clock()
+	return s.removeMember(projectMembers, project, user, func(tx *bolt.Tx, m Member) error {
+		return recordEventTx(tx, Event{ProjectID: project, AuthorID: m.UserID, Action: ActionLeft, CreatedAt: now})
+	})
 }

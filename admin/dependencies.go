@@ -1,0 +1,170 @@
+package admin
+
+import (
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"registryd/auth"
+	"registryd/store"
+)
+
+func (s *Server) routesDependencies() {
+	s.handle(http.MethodGet, "/api/v4/projects/{id}/dependencies", s.listDependencies)
+	s.handle(http.MethodPut, "/api/v4/projects/{id}/dependencies", s.putDependencies)
+}
+
+// dependencyManagers are the values of the package_manager filter: the
+// spec's fourteen (with maven for pkgfmt) plus GitLab's newer poetry, apk,
+// conda, pub and cargo.
+var dependencyManagers = []string{"bundler", "composer", "conan", "go", "gradle", "maven", "npm", "nuget", "pip",
+	"pipenv", "pnpm", "yarn", "sbt", "setuptools", "poetry", "apk", "conda", "pub", "cargo"}
+
+// sbomContentTypes are the media types PUT accepts; no type at all is
+// taken as JSON too, for curl -T.
+var sbomContentTypes = []string{"application/vnd.cyclonedx+json", "application/json", ""}
+
+type dependencyView struct {
+	Name               string              `json:"name"`
+	Version            string              `json:"version"`
+	PackageManager     *string             `json:"package_manager"`
+	DependencyFilePath string              `json:"dependency_file_path"`
+	Vulnerabilities    []vulnerabilityView `json:"vulnerabilities"`
+	Licenses           []licenseView       `json:"licenses"`
+}
+
+type vulnerabilityView struct {
+	Name     string `json:"name"`
+	Severity string `json:"severity"`
+	ID       int64  `json:"id"`
+	URL      string `json:"url"`
+}
+
+type licenseView struct {
+	SPDXIdentifier string  `json:"spdx_identifier,omitempty"`
+	Name           string  `json:"name"`
+	URL            *string `json:"url"`
+}
+
+// canReadRepository: guests and above of public and internal projects, and
+// any signed-in user who can see them (their code is readable to all who can
+// see them); reporters and above of private ones; admins.
+func (s *Server) canReadRepository(p auth.Principal, pr store.Project) bool {
+	if p.IsAdmin() {
+		return true
+	}
+	if pr.Visibility == store.Private {
+		return s.auth.ProjectLevel(p, pr.ID) >= store.Reporter
+	}
+	return s.auth.CanSeeProject(p, pr)
+}
+
+// listDependencies checks in GitLab's order: the plan gate (404 before
+// authentication), authentication (401), parameters (400), then the project:
+// 404 for a caller who cannot see it, 403 for one who cannot read its code.
+func (s *Server) listDependencies(w http.ResponseWriter, r *http.Request) error {
+	if !s.auth.DependencyListEnabled() {
+		return errNotFound
+	}
+	p, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	in, err := readParams(r)
+	if err != nil {
+		return err
+	}
+	pg := in.page()
+	managers := in.strings("package_manager")
+	for _, m := range managers {
+		if !slices.Contains(dependencyManagers, m) {
+			in.fail("package_manager does not have a valid value")
+			break
+		}
+	}
+	if err := in.err(); err != nil {
+		return err
+	}
+	pr, err := s.visibleProject(r, p)
+	if err != nil {
+		return err
+	}
+	if !s.canReadRepository(p, pr) {
+		return errForbidden
+	}
+	// Vulnerabilities are for those who may read the security dashboard.
+	showVulns := p.IsAdmin() || s.auth.ProjectLevel(p, pr.ID) >= store.Developer
+	deps, total, err := s.st.Dependencies(pr.ID, managers, pg.Offset(), pg.PerPage)
+	if err != nil {
+		return err
+	}
+	out := make([]dependencyView, 0, len(deps))
+	for _, d := range deps {
+		v := dependencyView{Name: d.Name, Version: d.Version, PackageManager: optString(d.PackageManager),
+			DependencyFilePath: d.FilePath, Vulnerabilities: []vulnerabilityView{}, Licenses: []licenseView{}}
+		if showVulns {
+			for _, x := range d.Vulnerabilities {
+				v.Vulnerabilities = append(v.Vulnerabilities, vulnerabilityView{Name: x.Name, Severity: x.Severity,
+					ID: x.ID, URL: s.webURL(pr.FullPath + "/-/security/vulnerabilities/" + strconv.FormatInt(x.ID, 10))})
+			}
+		}
+		for _, l := range d.Licenses {
+			v.Licenses = append(v.Licenses, licenseView{SPDXIdentifier: l.SPDX, Name: l.Name, URL: optString(l.URL)})
+		}
+		out = append(out, v)
+	}
+	s.setPageHeaders(w, r, pg, total)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// dependencyUploadView is the answer to an SBOM upload.
+type dependencyUploadView struct {
+	Dependencies      int            `json:"dependencies"`
+	Vulnerabilities   int            `json:"vulnerabilities"`
+	Licenses          int            `json:"licenses"`
+	PackageManagers   map[string]int `json:"package_managers"`
+	SkippedComponents int            `json:"skipped_components"`
+	SpecVersion       string         `json:"spec_version"`
+	UpdatedAt         jsonTime       `json:"updated_at"`
+}
+
+// putDependencies replaces a project's dependency list with the one a
+// CycloneDX JSON SBOM describes. Maintainers and admins only.
+func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request) error {
+	if !s.auth.DependencyListEnabled() {
+		return errNotFound
+	}
+	p, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	pr, err := s.visibleProject(r, p)
+	if err != nil {
+		return err
+	}
+	if s.auth.ProjectLevel(p, pr.ID) < store.Maintainer {
+		return errForbidden
+	}
+	raw := r.Header.Get("Content-Type")
+	ct, _, err := mime.ParseMediaType(raw)
+	if (err != nil && raw != "") || !slices.Contains(sbomContentTypes, ct) {
+		return message(http.StatusUnsupportedMediaType,
+			"415 Unsupported Media Type - send the SBOM as application/vnd.cyclonedx+json or application/json")
+	}
+	sb, err := parseSBOM(r.Body, sbomOptions{FilePath: r.URL.Query().Get("dependency_file_path")})
+	if err != nil {
+		return err
+	}
+	list, err := s.st.ReplaceDependencies(pr.ID, sb.Dependencies, sb.Vulnerabilities)
+	if err != nil {
+		return err
+	}
+	s.log.Info("dependency list replaced", "req_id", requestID(r), "project", pr.ID,
+		"dependencies", list.Dependencies, "vulnerabilities", list.Vulnerabilities)
+	writeJSON(w, http.StatusOK, dependencyUploadView{Dependencies: list.Dependencies,
+		Vulnerabilities: list.Vulnerabilities, Licenses: list.Licenses, PackageManagers: list.PackageManagers,
+		SkippedComponents: sb.Skipped, SpecVersion: sb.SpecVersion, UpdatedAt: jsonTime(list.UpdatedAt)})
+	return nil
+}

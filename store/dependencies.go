@@ -1,0 +1,356 @@
+package store
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Dependency is one entry of a project's dependency list, in the order the
+// SBOM listed it.
+type Dependency struct {
+	Name            string                    `json:"name"`
+	Version         string                    `json:"version"`
+	PackageManager  string                    `json:"package_manager,omitempty"`
+	FilePath        string                    `json:"dependency_file_path,omitempty"`
+	Licenses        []License                 `json:"licenses,omitempty"`
+	Vulnerabilities []DependencyVulnerability `json:"vulnerabilities,omitempty"`
+}
+
+// License is a license of a dependency. SPDX is the SPDX identifier when
+// the SBOM gave one.
+type License struct {
+	SPDX string `json:"spdx_identifier,omitempty"`
+	Name string `json:"name"`
+	URL  string `json:"url,omitempty"`
+}
+
+// DependencyVulnerability is what a dependency entry keeps of a
+// vulnerability that affects it.
+type DependencyVulnerability struct {
+	ID       int64  `json:"id"`
+	Name     string `json:"name"`
+	Severity string `json:"severity"`
+}
+
+// Vulnerability is a vulnerability known in a project. Its ID stays the same
+// across uploads for as long as the SBOMs name it by the same ExternalID.
+type Vulnerability struct {
+	ID          int64     `json:"id"`
+	ProjectID   int64     `json:"project_id"`
+	ExternalID  string    `json:"external_id"` // the SBOM's id: CVE-2021-23337, GHSA-..., ...
+	Name        string    `json:"name"`
+	Severity    string    `json:"severity"`
+	Description string    `json:"description,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// Severities a vulnerability may have, most severe first.
+var Severities = []string{"critical", "high", "medium", "low", "info", "unknown"}
+
+// NewDependency is one dependency of an upload. Vulnerabilities name
+// NewVulnerability.ExternalID values of the same upload.
+type NewDependency struct {
+	Name, Version, PackageManager, FilePath string
+	Licenses                                []License
+	Vulnerabilities                         []string
+}
+
+// NewVulnerability is one vulnerability of an upload.
+type NewVulnerability struct {
+	ExternalID, Name, Severity, Description string
+}
+
+// DependencyList summarises a project's current list.
+type DependencyList struct {
+	ProjectID       int64          `json:"project_id"`
+	Dependencies    int            `json:"dependencies"`
+	Vulnerabilities int            `json:"vulnerabilities"`
+	Licenses        int            `json:"licenses"`
+	PackageManagers map[string]int `json:"package_managers"`
+	UpdatedAt       time.Time      `json:"updated_at"`
+}
+
+// Limits of a dependency list entry.
+const (
+	MaxDependencyName    = 1024
+	MaxDependencyVersion = 255
+	MaxPackageManager    = 64
+	MaxDependencyPath    = 1024
+	MaxLicenseName       = 1024
+	MaxURL               = 2048
+	MaxVulnerabilityID   = 255
+	MaxVulnerabilityName = 1024
+	MaxVulnerabilityDesc = 64 << 10
+)
+
+func tooLong(v *ValidationError, field, s string, max int) {
+	if utf8.RuneCountInString(s) > max {
+		v.Add(field, "is too long (maximum is "+strconv.Itoa(max)+" characters)")
+	}
+}
+
+func validateUpload(deps []NewDependency, vulns []NewVulnerability) error {
+	v := &ValidationError{}
+	known := make(map[string]bool, len(vulns))
+	for i, x := range vulns {
+		if len(v.Fields) >= MaxImportProblems {
+			return v
+		}
+		at := "vulnerabilities[" + strconv.Itoa(i) + "]."
+		switch {
+		case x.ExternalID == "":
+			v.Add(at+"id", "is missing")
+		case known[x.ExternalID]:
+			v.Add(at+"id", "is listed twice")
+		}
+		known[x.ExternalID] = true
+		tooLong(v, at+"id", x.ExternalID, MaxVulnerabilityID)
+		tooLong(v, at+"name", x.Name, MaxVulnerabilityName)
+		if len(x.Description) > MaxVulnerabilityDesc {
+			v.Add(at+"description", "is too long (maximum is "+strconv.Itoa(MaxVulnerabilityDesc)+" bytes)")
+		}
+		if !slices.Contains(Severities, x.Severity) {
+			v.Add(at+"severity", "does not have a valid value")
+		}
+	}
+	for i, d := range deps {
+		if len(v.Fields) >= MaxImportProblems {
+			return v
+		}
+		at := "dependencies[" + strconv.Itoa(i) + "]."
+		if d.Name == "" {
+			v.Add(at+"name", "is missing")
+		}
+		tooLong(v, at+"name", d.Name, MaxDependencyName)
+		tooLong(v, at+"version", d.Version, MaxDependencyVersion)
+		tooLong(v, at+"package_manager", d.PackageManager, MaxPackageManager)
+		if bytes.IndexByte([]byte(d.PackageManager), 0) >= 0 {
+			v.Add(at+"package_manager", "is invalid")
+		}
+		tooLong(v, at+"dependency_file_path", d.FilePath, MaxDependencyPath)
+		for j, l := range d.Licenses {
+			lat := at + "licenses[" + strconv.Itoa(j) + "]."
+			if l.Name == "" {
+				v.Add(lat+"name", "is missing")
+			}
+			tooLong(v, lat+"name", l.Name, MaxLicenseName)
+			tooLong(v, lat+"url", l.URL, MaxURL)
+		}
+		for _, ref := range d.Vulnerabilities {
+			if !known[ref] {
+				v.Add(at+"vulnerabilities", "names "+strconv.Quote(ref)+", which is not among the vulnerabilities")
+			}
+		}
+	}
+	return v.Err()
+}
+
+// depPMKey is project id + package manager + 0 + position.
+func depPMKey(project int64, pm string, pos int64) []byte {
+	k := make([]byte, 0, 17+len(pm))
+	k = append(k, itob(project)...)
+	k = append(k, pm...)
+	k = append(k, 0)
+	return append(k, itob(pos)...)
+}
+
+func depPMPrefix(project int64, pm string) []byte {
+	k := make([]byte, 0, 9+len(pm))
+	k = append(append(k, itob(project)...), pm...)
+	return append(k, 0)
+}
+
+func vulnKey(project int64, external string) []byte {
+	return append(itob(project), external...)
+}
+
+// deletePrefix removes every key of b that starts with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReplaceDependencies makes deps the project's dependency list, in one
+// transaction: the old list is gone and the new one complete, or nothing
+// changed. Vulnerabilities keep their ids across uploads (by ExternalID).
+func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns []NewVulnerability) (DependencyList, error) {
+	if err := validateUpload(deps, vulns); err != nil {
+		return DependencyList{}, err
+	}
+	now := s.clock()
+	list := DependencyList{ProjectID: project, PackageManagers: map[string]int{}, UpdatedAt: now}
+	err := s.update(false, false, func(tx *bolt.Tx) error {
+		if tx.Bucket(bktProjects).Get(itob(project)) == nil {
+			return notFound("Project")
+		}
+		depsB, byPM := tx.Bucket(bktDependencies), tx.Bucket(bktDepsByPM)
+		if err := deletePrefix(depsB, itob(project)); err != nil {
+			return err
+		}
+		if err := deletePrefix(byPM, itob(project)); err != nil {
+			return err
+		}
+
+		vb, byKey := tx.Bucket(bktVulns), tx.Bucket(bktVulnsByKey)
+		stored := make(map[string]DependencyVulnerability, len(vulns))
+		for _, nv := range vulns {
+			rec := Vulnerability{ProjectID: project, ExternalID: nv.ExternalID, Name: nv.Name,
+				Severity: nv.Severity, Description: nv.Description, UpdatedAt: now}
+			if rec.Name == "" {
+				rec.Name = nv.ExternalID
+			}
+			if id := byKey.Get(vulnKey(project, nv.ExternalID)); id != nil {
+				rec.ID = btoi(id)
+			} else {
+				id, err := nextID(vb)
+				if err != nil {
+					return err
+				}
+				rec.ID = id
+				if err := byKey.Put(vulnKey(project, nv.ExternalID), itob(id)); err != nil {
+					return err
+				}
+			}
+			if err := putJSON(vb, itob(rec.ID), rec); err != nil {
+				return err
+			}
+			stored[nv.ExternalID] = DependencyVulnerability{ID: rec.ID, Name: rec.Name, Severity: rec.Severity}
+		}
+
+		// Positions run 1..n, so a page of the unfiltered list is one seek.
+		depsB.FillPercent, byPM.FillPercent = 0.95, 0.95
+		licenses, affecting := map[string]bool{}, map[int64]bool{}
+		for i, nd := range deps {
+			pos := int64(i + 1)
+			d := Dependency{Name: nd.Name, Version: nd.Version, PackageManager: nd.PackageManager,
+				FilePath: nd.FilePath, Licenses: nd.Licenses}
+			for _, ref := range nd.Vulnerabilities {
+				dv := stored[ref]
+				if !slices.ContainsFunc(d.Vulnerabilities, func(x DependencyVulnerability) bool { return x.ID == dv.ID }) {
+					d.Vulnerabilities = append(d.Vulnerabilities, dv)
+					affecting[dv.ID] = true
+				}
+			}
+			for _, l := range d.Licenses {
+				licenses[l.SPDX+"\x00"+l.Name] = true
+			}
+			if err := putJSON(depsB, pair(project, pos), d); err != nil {
+				return err
+			}
+			if err := byPM.Put(depPMKey(project, d.PackageManager, pos), nil); err != nil {
+				return err
+			}
+			list.PackageManagers[d.PackageManager]++
+		}
+		list.Dependencies, list.Licenses, list.Vulnerabilities = len(deps), len(licenses), len(affecting)
+		return putJSON(tx.Bucket(bktDepLists), itob(project), list)
+	})
+	if err != nil {
+		return DependencyList{}, err
+	}
+	return list, nil
+}
+
+// DependencyListOf returns the summary of a project's list; a project that
+// never had an SBOM has an empty one.
+func (s *Store) DependencyListOf(project int64) (DependencyList, error) {
+	list := DependencyList{ProjectID: project, PackageManagers: map[string]int{}}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		getJSON(tx.Bucket(bktDepLists), itob(project), &list)
+		return nil
+	})
+	return list, err
+}
+
+// Vulnerability returns a vulnerability by id.
+func (s *Store) Vulnerability(id int64) (Vulnerability, error) {
+	var v Vulnerability
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if !getJSON(tx.Bucket(bktVulns), itob(id), &v) {
+			return notFound("Vulnerability")
+		}
+		return nil
+	})
+	return v, err
+}
+
+// Dependencies returns one page of a project's list in SBOM order, keeping
+// only the given package managers when managers is not empty, and how many
+// match in all. The unfiltered page is one seek; a filtered page walks the
+// package managers' indexes up to offset + limit entries.
+func (s *Store) Dependencies(project int64, managers []string, offset, limit int) ([]Dependency, int, error) {
+	var out []Dependency
+	total := 0
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var list DependencyList
+		if !getJSON(tx.Bucket(bktDepLists), itob(project), &list) {
+			return nil
+		}
+		depsB := tx.Bucket(bktDependencies)
+		read := func(pos int64) error {
+			var d Dependency
+			if !getJSON(depsB, pair(project, pos), &d) {
+				return notFound("Dependency")
+			}
+			out = append(out, d)
+			return nil
+		}
+		managers = slices.Compact(slices.Sorted(slices.Values(managers)))
+		if len(managers) == 0 {
+			total = list.Dependencies
+			for pos := int64(offset) + 1; pos <= int64(total) && len(out) < limit; pos++ {
+				if err := read(pos); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		type cur struct {
+			c      *bolt.Cursor
+			prefix []byte
+			k      []byte
+		}
+		var cs []*cur
+		for _, m := range managers {
+			total += list.PackageManagers[m]
+			c := &cur{c: tx.Bucket(bktDepsByPM).Cursor(), prefix: depPMPrefix(project, m)}
+			if c.k, _ = c.c.Seek(c.prefix); c.k != nil && bytes.HasPrefix(c.k, c.prefix) {
+				cs = append(cs, c)
+			}
+		}
+		pos := func(k []byte) int64 { return btoi(k[len(k)-8:]) }
+		for seen := 0; len(cs) > 0 && len(out) < limit; seen++ {
+			lo := 0
+			for i := range cs {
+				if pos(cs[i].k) < pos(cs[lo].k) {
+					lo = i
+				}
+			}
+			p := pos(cs[lo].k)
+			if seen >= offset {
+				if err := read(p); err != nil {
+					return err
+				}
+			}
+			if cs[lo].k, _ = cs[lo].c.Next(); cs[lo].k == nil || !bytes.HasPrefix(cs[lo].k, cs[lo].prefix) {
+				cs = slices.Delete(cs, lo, lo+1)
+			}
+		}
+		return nil
+	})
+	return out, total, err
+}
