@@ -48,7 +48,7 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 	if !validVisibility(n.Visibility) {
 		v.Add("visibility_level", "is invalid")
 	}
-	if len(n.Description) > 2000 {
+	if overLimit(n.Description, 2000) {
 		v.Add("description", "is too long (maximum is 2000 characters)")
 	}
 	if err := v.Err(); err != nil {
