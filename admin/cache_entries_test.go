@@ -4,39 +4,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"registryd/auth"
 	"registryd/config"
 	"registryd/store"
 )
-
-// ceClock is a store clock the tests move by hand, so entries get distinct,
-// known creation times.
-type ceClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *ceClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *ceClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // ceEnv is an admin Server on a real store in a temp dir, with a private
 // top-level group "acme" holding one registry and one upstream, and one
@@ -45,7 +21,7 @@ type ceEnv struct {
 	t        *testing.T
 	st       *store.Store
 	srv      *Server
-	clock    *ceClock
+	clock    *testClock
 	group    store.Group
 	registry store.Registry
 	upstream store.Upstream
@@ -56,25 +32,9 @@ const ceRootToken = "rdpat-cache-entries-root-token"
 
 func newCacheEntryEnv(t *testing.T, mutate func(*config.Config)) *ceEnv {
 	t.Helper()
-	clock := &ceClock{t: time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC)}
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg := config.Default()
-	cfg.External.URL = "http://registry.example:8081"
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	srv, err := New(Deps{Config: cfg, Store: st, Auth: auth.New(st, cfg, clock.Now), Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, srv, clock := newTestServer(t, ceRootToken, mutate)
 	e := &ceEnv{t: t, st: st, srv: srv, clock: clock, tokens: map[string]string{"root": ceRootToken}}
-	if _, err := st.EnsureRoot(ceRootToken); err != nil {
-		t.Fatal(err)
-	}
+	var err error
 	if e.group, err = st.CreateGroup(store.NewGroup{Name: "acme", Path: "acme", Visibility: store.Private}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +65,7 @@ func newCacheEntryEnv(t *testing.T, mutate func(*config.Config)) *ceEnv {
 // group at level (none when 0) and returns the token value.
 func (e *ceEnv) member(name string, level int, scope string) string {
 	e.t.Helper()
-	u, err := e.st.CreateUser(store.NewUser{Username: name, Name: name, Email: name + "@example.com"})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	plain := "rdpat-" + name + "-token"
-	if _, err := e.st.CreateToken(store.NewToken{UserID: u.ID, Name: "t", Scopes: []string{scope}, Plain: plain}); err != nil {
-		e.t.Fatal(err)
-	}
+	u, plain := newUserWithToken(e.t, e.st, name, name, scope)
 	if level > 0 {
 		if _, err := e.st.AddGroupMember(e.group.ID, u.ID, level, nil); err != nil {
 			e.t.Fatal(err)
@@ -139,13 +92,7 @@ func (e *ceEnv) put(upstreamID int64, rel string) store.CacheEntry {
 	return ce
 }
 
-type ceResp struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (e *ceEnv) do(method, path, role string) ceResp {
+func (e *ceEnv) do(method, path, role string) testResp {
 	e.t.Helper()
 	req := httptest.NewRequest(method, path, nil)
 	if role != "" {
@@ -155,11 +102,7 @@ func (e *ceEnv) do(method, path, role string) ceResp {
 			req.Header.Set("PRIVATE-TOKEN", e.tokens[role])
 		}
 	}
-	rec := httptest.NewRecorder()
-	e.srv.ServeHTTP(rec, req)
-	res := rec.Result()
-	body, _ := io.ReadAll(res.Body)
-	return ceResp{status: res.StatusCode, header: res.Header, body: body}
+	return serve(e.srv, req)
 }
 
 func (e *ceEnv) listPath(upstreamID int64, query string) string {
@@ -572,7 +515,7 @@ func TestCacheEntriesPermissions(t *testing.T) {
 func TestCacheEntriesFeatureOff(t *testing.T) {
 	e := newCacheEntryEnv(t, func(c *config.Config) { c.Features.VirtualRegistry = false })
 	entry := e.put(e.upstream.ID, "/g/a/1/a-1.jar")
-	for _, r := range []ceResp{
+	for _, r := range []testResp{
 		e.do(http.MethodGet, e.listPath(e.upstream.ID, ""), "root"),
 		e.do(http.MethodDelete, deletePath(encodeCacheEntryID(entry.UpstreamID, entry.RelativePath)), "root"),
 		e.do(http.MethodDelete, deletePath("***"), ""),

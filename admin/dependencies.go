@@ -60,18 +60,17 @@ func (s *Server) canReadRepository(p auth.Principal, pr store.Project) bool {
 	return s.auth.CanSeeProject(p, pr)
 }
 
+// depsAuth is the plan gate (404 before authentication) and authentication
+// of the dependency list endpoints.
+func (s *Server) depsAuth(r *http.Request) (auth.Principal, error) {
+	return s.authenticateGated(r, s.auth.DependencyListEnabled())
+}
+
 // listDependencies checks in GitLab's order: the plan gate (404 before
 // authentication), authentication (401), parameters (400), then the project:
 // 404 for a caller who cannot see it, 403 for one who cannot read its code.
 func (s *Server) listDependencies(w http.ResponseWriter, r *http.Request) error {
-	if !s.auth.DependencyListEnabled() {
-		return errNotFound
-	}
-	p, err := s.authenticate(r)
-	if err != nil {
-		return err
-	}
-	in, err := readParams(r)
+	p, in, err := authParams(r, s.depsAuth)
 	if err != nil {
 		return err
 	}
@@ -99,8 +98,7 @@ func (s *Server) listDependencies(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	out := make([]dependencyView, 0, len(deps))
-	for _, d := range deps {
+	s.writePage(w, r, pg, total, mapViews(deps, func(d store.Dependency) dependencyView {
 		v := dependencyView{Name: d.Name, Version: d.Version, PackageManager: optString(d.PackageManager),
 			DependencyFilePath: d.FilePath, Vulnerabilities: []vulnerabilityView{}, Licenses: []licenseView{}}
 		if showVulns {
@@ -112,10 +110,8 @@ func (s *Server) listDependencies(w http.ResponseWriter, r *http.Request) error 
 		for _, l := range d.Licenses {
 			v.Licenses = append(v.Licenses, licenseView{SPDXIdentifier: l.SPDX, Name: l.Name, URL: optString(l.URL)})
 		}
-		out = append(out, v)
-	}
-	s.setPageHeaders(w, r, pg, total)
-	writeJSON(w, http.StatusOK, out)
+		return v
+	}))
 	return nil
 }
 
@@ -133,10 +129,7 @@ type dependencyUploadView struct {
 // putDependencies replaces a project's dependency list with the one a
 // CycloneDX JSON SBOM describes. Maintainers and admins only.
 func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request) error {
-	if !s.auth.DependencyListEnabled() {
-		return errNotFound
-	}
-	p, err := s.authenticate(r)
+	p, err := s.depsAuth(r)
 	if err != nil {
 		return err
 	}

@@ -190,7 +190,7 @@ func TestListDependenciesShape(t *testing.T) {
 func TestListDependenciesFilterAndPages(t *testing.T) {
 	e := newActEnv(t, nil)
 	e.uploadAll("cdxgen-monorepo-1.6.json") // 3 yarn, 5 pip, 16 go
-	names := func(r actResp) []string {
+	names := func(r testResp) []string {
 		var out []string
 		for _, d := range r.list(t) {
 			out = append(out, d["name"].(string)+" "+d["package_manager"].(string))

@@ -41,6 +41,7 @@ var (
 	errForbidden     = message(http.StatusForbidden, "403 Forbidden")
 	errNotFound      = message(http.StatusNotFound, "404 Not Found")
 	errRecordMissing = message(http.StatusNotFound, "404 Not found")
+	errGroupNotFound = message(http.StatusNotFound, "404 Group Not Found")
 	errRouteNotFound = &httpError{status: http.StatusNotFound, body: map[string]any{"error": "404 Not Found"}}
 	errTooLarge      = message(http.StatusRequestEntityTooLarge, "413 Request Entity Too Large")
 )

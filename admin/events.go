@@ -1,16 +1,9 @@
 package admin
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"registryd/auth"
@@ -23,8 +16,6 @@ func (s *Server) routesEvents() {
 	s.handle(http.MethodGet, "/api/v4/users/{id}/events", s.userEvents)
 	s.handle(http.MethodGet, "/api/v4/projects/{id}/events", s.projectEvents)
 }
-
-// --- reading ---
 
 type eventView struct {
 	ID             int64         `json:"id"`
@@ -168,8 +159,9 @@ func (s *Server) eventViews(events []store.Event) ([]eventView, error) {
 	return out, nil
 }
 
-// eventFilters reads the filters the three lists share into q.
-func eventFilters(in *params, q *store.EventQuery) page {
+// eventFilters reads the filters the three lists share.
+func eventFilters(in *params) (store.EventQuery, page) {
+	var q store.EventQuery
 	pg := in.page()
 	if a := in.oneOf("action", store.EventActions...); a != nil {
 		q.Action = *a
@@ -193,7 +185,7 @@ func eventFilters(in *params, q *store.EventQuery) page {
 		q.Asc = *srt == "asc"
 	}
 	q.Offset, q.Limit = pg.Offset(), pg.PerPage
-	return pg
+	return q, pg
 }
 
 func startOfDay(t time.Time) time.Time {
@@ -225,25 +217,8 @@ func (s *Server) readableProjects(p auth.Principal, ids []int64) (readable []int
 	return readable, hidden, nil
 }
 
-// eventReader authenticates a reader of events: a token must carry
-// read_user, read_api or api; anonymous callers pass when allowAnonymous.
-func (s *Server) eventReader(r *http.Request, allowAnonymous bool) (auth.Principal, error) {
-	p, err := s.principal(r)
-	if err != nil {
-		return p, err
-	}
-	if !p.Authenticated() {
-		if allowAnonymous {
-			return p, nil
-		}
-		return p, errUnauthorized
-	}
-	if !p.HasScope(readUserScopes...) {
-		return p, insufficientScope(strings.Join(readUserScopes, " "))
-	}
-	return p, nil
-}
-
+// writeEvents answers the page of events q selects; project lists carry
+// data too.
 func (s *Server) writeEvents(w http.ResponseWriter, r *http.Request, pg page, q store.EventQuery, project bool) error {
 	events, total, err := s.st.EventsPage(q)
 	if err != nil {
@@ -253,16 +228,13 @@ func (s *Server) writeEvents(w http.ResponseWriter, r *http.Request, pg page, q 
 	if err != nil {
 		return err
 	}
-	s.setPageHeaders(w, r, pg, total)
-	if !project {
-		writeJSON(w, http.StatusOK, views)
+	if project {
+		s.writePage(w, r, pg, total, mapViews(views, func(v eventView) projectEventView {
+			return projectEventView{eventView: v}
+		}))
 		return nil
 	}
-	out := make([]projectEventView, len(views))
-	for i, v := range views {
-		out[i] = projectEventView{eventView: v}
-	}
-	writeJSON(w, http.StatusOK, out)
+	s.writePage(w, r, pg, total, views)
 	return nil
 }
 
@@ -283,16 +255,11 @@ func (s *Server) authorQuery(p auth.Principal, author int64, q *store.EventQuery
 // currentUserEvents is GET /events: the caller's own events, or with
 // scope=all the events of every project the caller may read.
 func (s *Server) currentUserEvents(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.eventReader(r, false)
+	p, in, err := authParams(r, s.authenticateReadUser)
 	if err != nil {
 		return err
 	}
-	in, err := readParams(r)
-	if err != nil {
-		return err
-	}
-	var q store.EventQuery
-	pg := eventFilters(in, &q)
+	q, pg := eventFilters(in)
 	scope := in.str("scope")
 	if err := in.err(); err != nil {
 		return err
@@ -318,16 +285,11 @@ func (s *Server) currentUserEvents(w http.ResponseWriter, r *http.Request) error
 
 // userEvents is GET /users/:id/events, :id being an id or a username.
 func (s *Server) userEvents(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.eventReader(r, true)
+	p, in, err := authParams(r, s.authenticateReadUserOrAnonymous)
 	if err != nil {
 		return err
 	}
-	in, err := readParams(r)
-	if err != nil {
-		return err
-	}
-	var q store.EventQuery
-	pg := eventFilters(in, &q)
+	q, pg := eventFilters(in)
 	if err := in.err(); err != nil {
 		return err
 	}
@@ -349,16 +311,11 @@ func (s *Server) userEvents(w http.ResponseWriter, r *http.Request) error {
 
 // projectEvents is GET /projects/:id/events.
 func (s *Server) projectEvents(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.eventReader(r, true)
+	p, in, err := authParams(r, s.authenticateReadUserOrAnonymous)
 	if err != nil {
 		return err
 	}
-	in, err := readParams(r)
-	if err != nil {
-		return err
-	}
-	var q store.EventQuery
-	pg := eventFilters(in, &q)
+	q, pg := eventFilters(in)
 	if err := in.err(); err != nil {
 		return err
 	}
@@ -368,338 +325,4 @@ func (s *Server) projectEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	q.ProjectID = pr.ID
 	return s.writeEvents(w, r, pg, q, true)
-}
-
-// --- importing ---
-
-type importView struct {
-	Count   int    `json:"count"`
-	FirstID *int64 `json:"first_id"`
-	LastID  *int64 `json:"last_id"`
-}
-
-// importEvents is POST /admin/events: a JSON array of events, or NDJSON
-// (one event object a line), validated whole and stored in one transaction.
-// The body is decoded one event at a time; only the decoded events are kept.
-func (s *Server) importEvents(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.requireAdmin(r); err != nil {
-		return err
-	}
-	evs, err := decodeEvents(r.Body)
-	if err != nil {
-		return err
-	}
-	res, err := s.st.ImportEvents(evs)
-	if err != nil {
-		return err
-	}
-	s.log.Info("events imported", "req_id", requestID(r), "count", res.Count)
-	v := importView{Count: res.Count}
-	if res.Count > 0 {
-		v.FirstID, v.LastID = &res.FirstID, &res.LastID
-	}
-	writeJSON(w, http.StatusCreated, v)
-	return nil
-}
-
-// decodeEvents reads a JSON array or NDJSON stream of events.
-func decodeEvents(body io.Reader) ([]store.Event, error) {
-	br := bufio.NewReader(body)
-	first, err := firstByte(br)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(br)
-	array := first == '['
-	switch {
-	case array:
-		if _, err := dec.Token(); err != nil {
-			return nil, eventsJSONError(err, 0)
-		}
-	case first != '{':
-		return nil, badRequest("the body must be a JSON array of events or NDJSON, one event object a line")
-	}
-	var evs []store.Event
-	problems := &store.ValidationError{}
-	for i := 0; ; i++ {
-		if array && !dec.More() {
-			break
-		}
-		var raw map[string]json.RawMessage
-		err := dec.Decode(&raw)
-		if !array && errors.Is(err, io.EOF) {
-			break
-		}
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			problems.Add("events["+strconv.Itoa(i)+"]", "must be a JSON object")
-			return nil, problems
-		}
-		if err != nil {
-			return nil, eventsJSONError(err, i)
-		}
-		e := decodeEvent(raw, "events["+strconv.Itoa(i)+"].", problems)
-		store.CheckEvent(&e, "events["+strconv.Itoa(i)+"].", problems)
-		if len(problems.Fields) >= store.MaxImportProblems {
-			return nil, problems
-		}
-		if len(problems.Fields) == 0 {
-			evs = append(evs, e)
-		}
-	}
-	if array {
-		if _, err := dec.Token(); err != nil {
-			return nil, eventsJSONError(err, len(evs))
-		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			if err != nil {
-				return nil, eventsJSONError(err, len(evs))
-			}
-			return nil, badRequest("the body has data after the array of events")
-		}
-	}
-	if err := problems.Err(); err != nil {
-		return nil, err
-	}
-	return evs, nil
-}
-
-func firstByte(br *bufio.Reader) (byte, error) {
-	for {
-		b, err := br.ReadByte()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return 0, badRequest("the body holds no events")
-			}
-			return 0, eventsJSONError(err, 0)
-		}
-		if !bytes.ContainsRune([]byte(" \t\r\n"), rune(b)) {
-			return b, br.UnreadByte()
-		}
-	}
-}
-
-func eventsJSONError(err error, i int) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return err
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return badRequest(fmt.Sprintf("events[%d] is not valid JSON (at byte %d: %s)", i, se.Offset, se.Error()))
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return badRequest(fmt.Sprintf("the body ends inside events[%d]", i))
-	}
-	return badRequest("the body could not be read")
-}
-
-// Keys of an event that are read-only in GitLab's shape: an export from
-// GitLab may carry them, and they are ignored (registryd assigns ids and
-// derives action_name, author and author_username).
-var readOnlyEventKeys = []string{"id", "title", "action_name", "author", "author_username", "data", "wiki_page"}
-
-// actionOfName maps GitLab's action_name back to an action, for events
-// exported from GitLab's API, which do not carry action. It is lossy where
-// GitLab's mapping is: "opened" was created, updated or reopened.
-var actionOfName = map[string]string{
-	"pushed to": store.ActionPushed, "pushed new": store.ActionPushed, "deleted": store.ActionPushed,
-	"opened": store.ActionCreated, "accepted": store.ActionMerged, "commented on": store.ActionCommented,
-	"removed due to membership expiration from": store.ActionExpired, "added": store.ActionCreated,
-	"removed": store.ActionDestroyed, "imported": store.ActionCreated,
-	"created": store.ActionCreated, "updated": store.ActionUpdated, "closed": store.ActionClosed,
-	"reopened": store.ActionReopened, "joined": store.ActionJoined, "left": store.ActionLeft,
-	"destroyed": store.ActionDestroyed, "approved": store.ActionApproved,
-}
-
-// fields decodes the values of one JSON object, recording a problem per
-// field under prefix.
-type fields struct {
-	prefix string
-	v      *store.ValidationError
-}
-
-func (f fields) bad(name, msg string) { f.v.Add(f.prefix+name, msg) }
-
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
-func (f fields) int64(name string, raw json.RawMessage) *int64 {
-	if isNull(raw) {
-		return nil
-	}
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
-		f.bad(name, "must be an integer")
-		return nil
-	}
-	i, err := strconv.ParseInt(n.String(), 10, 64)
-	if err != nil {
-		f.bad(name, "must be an integer")
-		return nil
-	}
-	return &i
-}
-
-func (f fields) str(name string, raw json.RawMessage) *string {
-	if isNull(raw) {
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		f.bad(name, "must be a string")
-		return nil
-	}
-	return &s
-}
-
-func (f fields) boolean(name string, raw json.RawMessage) bool {
-	var b bool
-	if !isNull(raw) && json.Unmarshal(raw, &b) != nil {
-		f.bad(name, "must be true or false")
-	}
-	return b
-}
-
-func (f fields) time(name string, raw json.RawMessage) time.Time {
-	s := f.str(name, raw)
-	if s == nil {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, *s)
-	if err != nil {
-		f.bad(name, "must be an ISO 8601 time such as 2026-11-21T10:04:05.123Z")
-		return time.Time{}
-	}
-	return t
-}
-
-func (f fields) object(name string, raw json.RawMessage) map[string]json.RawMessage {
-	if isNull(raw) {
-		return nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		f.bad(name, "must be a JSON object")
-		return nil
-	}
-	return m
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
-// decodeEvent reads one event of an import. Unknown keys are refused, so a
-// misspelt field is not silently dropped; push_data and note ignore keys
-// they do not know, since GitLab's exports carry many.
-func decodeEvent(raw map[string]json.RawMessage, prefix string, v *store.ValidationError) store.Event {
-	f := fields{prefix: prefix, v: v}
-	var e store.Event
-	var actionName *string
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // problems in a stable order
-	for _, k := range keys {
-		val := raw[k]
-		switch k {
-		case "project_id":
-			e.ProjectID = deref(f.int64(k, val))
-		case "author_id":
-			e.AuthorID = deref(f.int64(k, val))
-		case "action":
-			e.Action = deref(f.str(k, val))
-		case "target_type":
-			e.TargetType = deref(f.str(k, val))
-		case "target_id":
-			e.TargetID = f.int64(k, val)
-		case "target_iid":
-			e.TargetIID = f.int64(k, val)
-		case "target_title":
-			e.TargetTitle = f.str(k, val)
-		case "created_at":
-			e.CreatedAt = f.time(k, val)
-		case "imported":
-			e.Imported = f.boolean(k, val)
-		case "imported_from":
-			e.ImportedFrom = deref(f.str(k, val))
-		case "push_data":
-			if m := f.object(k, val); m != nil {
-				e.PushData = decodePushData(m, fields{prefix: prefix + "push_data.", v: v})
-			}
-		case "note":
-			if m := f.object(k, val); m != nil {
-				e.Note = decodeNote(m, fields{prefix: prefix + "note.", v: v})
-			}
-		case "action_name":
-			actionName = f.str(k, val)
-		default:
-			if !slices.Contains(readOnlyEventKeys, k) {
-				f.bad(k, "is not a known field")
-			}
-		}
-	}
-	if e.Action == "" && actionName != nil {
-		if a, ok := actionOfName[*actionName]; ok {
-			e.Action = a
-		} else {
-			f.bad("action_name", "does not have a valid value")
-		}
-	}
-	return e
-}
-
-func decodePushData(m map[string]json.RawMessage, f fields) *store.PushData {
-	p := &store.PushData{}
-	for k, val := range m {
-		switch k {
-		case "commit_count":
-			p.CommitCount = deref(f.int64(k, val))
-		case "action":
-			p.Action = deref(f.str(k, val))
-		case "ref_type":
-			p.RefType = deref(f.str(k, val))
-		case "commit_from":
-			p.CommitFrom = f.str(k, val)
-		case "commit_to":
-			p.CommitTo = f.str(k, val)
-		case "ref":
-			p.Ref = deref(f.str(k, val))
-		case "commit_title":
-			p.CommitTitle = f.str(k, val)
-		case "ref_count":
-			p.RefCount = f.int64(k, val)
-		}
-	}
-	return p
-}
-
-func decodeNote(m map[string]json.RawMessage, f fields) *store.EventNote {
-	n := &store.EventNote{}
-	for k, val := range m {
-		switch k {
-		case "id":
-			n.ID = deref(f.int64(k, val))
-		case "body":
-			n.Body = deref(f.str(k, val))
-		case "attachment":
-			n.Attachment = f.str(k, val)
-		case "system":
-			n.System = f.boolean(k, val)
-		case "noteable_id":
-			n.NoteableID = f.int64(k, val)
-		case "noteable_type":
-			n.NoteableType = deref(f.str(k, val))
-		case "noteable_iid":
-			n.NoteableIID = f.int64(k, val)
-		case "created_at":
-			n.CreatedAt = f.time(k, val)
-		}
-	}
-	return n
 }

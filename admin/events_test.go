@@ -50,7 +50,7 @@ func TestActionName(t *testing.T) {
 	}
 }
 
-func (e *actEnv) importEvents(body string) actResp {
+func (e *actEnv) importEvents(body string) testResp {
 	e.t.Helper()
 	return e.do(http.MethodPost, "/api/v4/admin/events", "root", strings.NewReader(body), "Content-Type", "application/json")
 }
@@ -207,7 +207,7 @@ func lastEventID(t *testing.T, e *actEnv) int64 {
 	return evs[0].ID
 }
 
-func eventList(t *testing.T, r actResp) []string {
+func eventList(t *testing.T, r testResp) []string {
 	t.Helper()
 	var out []string
 	for _, ev := range r.list(t) {
@@ -223,7 +223,7 @@ func TestEventsVisibility(t *testing.T) {
 		e.importEvents(fmt.Sprintf(`[{"project_id":%d,"author_id":%d,"action":"closed","target_type":"Issue","target_id":1,"target_title":"%s"}]`,
 			e.projects[vis].ID, dev.ID, vis)).want(t, 201)
 	}
-	titles := func(r actResp) []string {
+	titles := func(r testResp) []string {
 		var out []string
 		for _, ev := range r.list(t) {
 			if s, ok := ev["target_title"].(string); ok {
@@ -317,7 +317,7 @@ func TestEventFilters(t *testing.T) {
 			pr.ID, dev.ID, i+1, at, at))
 	}
 	e.importEvents(strings.Join(lines, "\n")).want(t, 201)
-	titles := func(r actResp) []string {
+	titles := func(r testResp) []string {
 		var out []string
 		for _, ev := range r.list(t) {
 			out = append(out, ev["target_title"].(string))

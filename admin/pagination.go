@@ -42,6 +42,28 @@ func (p *params) page() page {
 	return pg
 }
 
+// readListParams reads the parameters of a paged list: the page and an
+// optional filter (nil when absent).
+func readListParams(r *http.Request, filter string) (page, *string, error) {
+	in, err := readParams(r)
+	if err != nil {
+		return page{}, nil, err
+	}
+	pg := in.page()
+	f := in.str(filter)
+	if err := in.err(); err != nil {
+		return page{}, nil, err
+	}
+	return pg, f, nil
+}
+
+// writePage answers one page of a list: the rendered items and the
+// pagination headers.
+func (s *Server) writePage(w http.ResponseWriter, r *http.Request, pg page, total int, items any) {
+	s.setPageHeaders(w, r, pg, total)
+	writeJSON(w, http.StatusOK, items)
+}
+
 // setPageHeaders writes X-Page, X-Per-Page, X-Total, X-Total-Pages,
 // X-Next-Page, X-Prev-Page and Link.
 func (s *Server) setPageHeaders(w http.ResponseWriter, r *http.Request, pg page, total int) {

@@ -268,6 +268,16 @@ func (p *params) oneOf(name string, allowed ...string) *string {
 	return nil
 }
 
+// deref is *p, or the zero value when p is nil: an optional parameter that
+// defaults to its zero value.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
 // pathID parses an integer path parameter; anything else is a 400.
 func pathID(r *http.Request, name string) (int64, error) {
 	v := r.PathValue(name)

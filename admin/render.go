@@ -44,6 +44,16 @@ func optDate(t *time.Time) *jsonDate {
 	return &d
 }
 
+// mapViews renders each item with view. An empty list is [] in JSON, never
+// null.
+func mapViews[T, V any](items []T, view func(T) V) []V {
+	out := make([]V, 0, len(items))
+	for _, it := range items {
+		out = append(out, view(it))
+	}
+	return out
+}
+
 func optString(s string) *string {
 	if s == "" {
 		return nil

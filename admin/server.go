@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -82,9 +81,15 @@ func New(d Deps) (*Server, error) {
 		return nil, err
 	}
 	s.routesHealth(d.Gatherer)
-	s.routesIdentity()
+	s.routesUsers()
+	s.routesTokens()
+	s.routesGroups()
+	s.routesProjects()
+	s.routesMembers()
+	s.routesDeployTokens()
 	s.routesRegistries()
 	s.routesUpstreams()
+	s.routesAssociations()
 	s.routesDependencies()
 	s.routesEvents()
 	s.routesCacheEntries()
@@ -214,76 +219,4 @@ func newRequestID() string {
 func requestID(r *http.Request) string {
 	id, _ := r.Context().Value(reqIDKey).(string)
 	return id
-}
-
-// --- authentication helpers ---
-
-// credentials reads every credential the REST API accepts.
-func credentials(r *http.Request) auth.Credentials {
-	c := auth.Credentials{
-		PrivateToken: r.Header.Get("Private-Token"),
-		DeployToken:  r.Header.Get("Deploy-Token"),
-	}
-	if c.PrivateToken == "" {
-		c.PrivateToken = r.URL.Query().Get("private_token")
-	}
-	c.ParseAuthorization(r.Header.Get("Authorization"))
-	if c.Bearer == "" {
-		c.Bearer = r.URL.Query().Get("access_token")
-	}
-	return c
-}
-
-// principal authenticates the caller, who may be anonymous.
-func (s *Server) principal(r *http.Request) (auth.Principal, error) {
-	p, err := s.auth.Authenticate(credentials(r), auth.API)
-	switch {
-	case errors.Is(err, auth.ErrUnauthorized):
-		return p, errUnauthorized
-	case err != nil:
-		return p, err
-	}
-	return p, nil
-}
-
-// Scope sets per kind of request.
-var (
-	readScopes     = []string{store.ScopeAPI, store.ScopeReadAPI}
-	writeScopes    = []string{store.ScopeAPI}
-	readUserScopes = []string{store.ScopeAPI, store.ScopeReadAPI, store.ScopeReadUser}
-)
-
-// authenticate requires a signed-in caller whose token carries one of the
-// scopes: read scopes for GET and HEAD, api otherwise.
-func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return s.authenticateScopes(r, readScopes)
-	}
-	return s.authenticateScopes(r, writeScopes)
-}
-
-func (s *Server) authenticateScopes(r *http.Request, scopes []string) (auth.Principal, error) {
-	p, err := s.principal(r)
-	if err != nil {
-		return p, err
-	}
-	if !p.Authenticated() {
-		return p, errUnauthorized
-	}
-	if !p.HasScope(scopes...) {
-		return p, insufficientScope(strings.Join(scopes, " "))
-	}
-	return p, nil
-}
-
-// requireAdmin allows only instance administrators.
-func (s *Server) requireAdmin(r *http.Request) (auth.Principal, error) {
-	p, err := s.authenticate(r)
-	if err != nil {
-		return p, err
-	}
-	if !p.IsAdmin() {
-		return p, errForbidden
-	}
-	return p, nil
 }

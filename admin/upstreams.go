@@ -11,9 +11,8 @@ import (
 )
 
 func (s *Server) routesUpstreams() {
-	groupBase := "/api/v4/groups/{id}/-/virtual_registries/packages/maven"
-	s.handle(http.MethodGet, groupBase+"/upstreams", s.listGroupUpstreams)
-	s.handle(http.MethodPost, groupBase+"/upstreams/test", s.testNewUpstream)
+	s.handle(http.MethodGet, vrGroupBase+"/upstreams", s.listGroupUpstreams)
+	s.handle(http.MethodPost, vrGroupBase+"/upstreams/test", s.testNewUpstream)
 	s.handle(http.MethodGet, vrBase+"/registries/{id}/upstreams", s.listRegistryUpstreams)
 	s.handle(http.MethodPost, vrBase+"/registries/{id}/upstreams", s.createUpstream)
 	s.handle(http.MethodGet, vrBase+"/upstreams/{id}", s.getUpstream)
@@ -22,28 +21,12 @@ func (s *Server) routesUpstreams() {
 	s.handle(http.MethodDelete, vrBase+"/upstreams/{id}/cache", s.purgeUpstreamCache)
 	s.handle(http.MethodGet, vrBase+"/upstreams/{id}/test", s.testUpstream)
 	s.handle(http.MethodPost, vrBase+"/upstreams/{id}/test", s.testUpstream)
-	s.handle(http.MethodPost, vrBase+"/registry_upstreams", s.associate)
-	s.handle(http.MethodPatch, vrBase+"/registry_upstreams/{id}", s.moveAssociation)
-	s.handle(http.MethodDelete, vrBase+"/registry_upstreams/{id}", s.deleteAssociation)
 }
 
 type assocView struct {
 	ID         int64 `json:"id"`
 	RegistryID int64 `json:"registry_id"`
 	Position   int   `json:"position"`
-}
-
-// associationView is what POST and PATCH registry_upstreams answer. A struct,
-// not a map: GitLab's field order is id, registry_id, upstream_id, position.
-type associationView struct {
-	ID         int64 `json:"id"`
-	RegistryID int64 `json:"registry_id"`
-	UpstreamID int64 `json:"upstream_id"`
-	Position   int   `json:"position"`
-}
-
-func associationJSON(a store.RegistryUpstream) associationView {
-	return associationView{ID: a.ID, RegistryID: a.RegistryID, UpstreamID: a.UpstreamID, Position: a.Position}
 }
 
 type upstreamView struct {
@@ -105,29 +88,15 @@ func (s *Server) listGroupUpstreams(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	in, err := readParams(r)
+	pg, name, err := readListParams(r, "upstream_name")
 	if err != nil {
 		return err
 	}
-	pg := in.page()
-	name := in.str("upstream_name")
-	if err := in.err(); err != nil {
-		return err
-	}
-	filter := ""
-	if name != nil {
-		filter = *name
-	}
-	ups, total, err := s.st.GroupUpstreams(g.ID, filter, pg.Offset(), pg.PerPage)
+	ups, total, err := s.st.GroupUpstreams(g.ID, deref(name), pg.Offset(), pg.PerPage)
 	if err != nil {
 		return err
 	}
-	out := make([]upstreamView, 0, len(ups))
-	for _, u := range ups {
-		out = append(out, upstreamJSON(u))
-	}
-	s.setPageHeaders(w, r, pg, total)
-	writeJSON(w, http.StatusOK, out)
+	s.writePage(w, r, pg, total, mapViews(ups, upstreamJSON))
 	return nil
 }
 
@@ -140,11 +109,7 @@ func (s *Server) listRegistryUpstreams(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	out := make([]upstreamView, 0, len(ups))
-	for _, u := range ups {
-		out = append(out, positionedJSON(u))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, mapViews(ups, positionedJSON))
 	return nil
 }
 
@@ -192,19 +157,10 @@ func (s *Server) createUpstream(w http.ResponseWriter, r *http.Request) error {
 
 // upstreamByID finds the {id} upstream and checks the caller's access to it.
 func (s *Server) upstreamByID(r *http.Request, need access) (store.Upstream, error) {
-	p, err := s.vrAuth(r)
-	if err != nil {
-		return store.Upstream{}, err
-	}
-	id, err := pathID(r, "id")
-	if err != nil {
-		return store.Upstream{}, err
-	}
-	u, err := s.st.Upstream(id)
-	if err != nil {
-		return u, err
-	}
-	return u, s.authorizeGroupID(p, u.GroupID, need)
+	return vrRecord(s, r, need, func(id int64) (store.Upstream, int64, error) {
+		u, err := s.st.Upstream(id)
+		return u, u.GroupID, err
+	})
 }
 
 func (s *Server) getUpstream(w http.ResponseWriter, r *http.Request) error {
@@ -216,10 +172,9 @@ func (s *Server) getUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list := make([]assocView, 0, len(assocs))
-	for _, a := range assocs {
-		list = append(list, assocView{ID: a.ID, RegistryID: a.RegistryID, Position: a.Position})
-	}
+	list := mapViews(assocs, func(a store.RegistryUpstream) assocView {
+		return assocView{ID: a.ID, RegistryID: a.RegistryID, Position: a.Position}
+	})
 	v := upstreamJSON(u)
 	v.RegistryUpstreams = &list
 	writeJSON(w, http.StatusOK, v)
@@ -359,102 +314,5 @@ func (s *Server) testUpstream(w http.ResponseWriter, r *http.Request) error {
 		path = entries[0].RelativePath[1:]
 	}
 	writeJSON(w, http.StatusOK, s.up.Test(r.Context(), ep, path))
-	return nil
-}
-
-func (s *Server) associate(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.vrAuth(r)
-	if err != nil {
-		return err
-	}
-	in, err := readParams(r)
-	if err != nil {
-		return err
-	}
-	if !in.has("registry_id") {
-		in.fail("registry_id is missing")
-	}
-	if !in.has("upstream_id") {
-		in.fail("upstream_id is missing")
-	}
-	regID, upID := in.integer("registry_id"), in.integer("upstream_id")
-	if err := in.err(); err != nil {
-		return err
-	}
-	reg, err := s.st.Registry(int64(*regID))
-	if err != nil {
-		return err
-	}
-	if err := s.authorizeGroupID(p, reg.GroupID, manage); err != nil {
-		return err
-	}
-	a, err := s.st.Associate(reg.ID, int64(*upID))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, associationJSON(a))
-	return nil
-}
-
-// association finds the {id} association and checks manage access.
-func (s *Server) association(r *http.Request) (store.RegistryUpstream, error) {
-	p, err := s.vrAuth(r)
-	if err != nil {
-		return store.RegistryUpstream{}, err
-	}
-	id, err := pathID(r, "id")
-	if err != nil {
-		return store.RegistryUpstream{}, err
-	}
-	a, err := s.st.Association(id)
-	if err != nil {
-		return a, err
-	}
-	reg, err := s.st.Registry(a.RegistryID)
-	if err != nil {
-		return a, err
-	}
-	return a, s.authorizeGroupID(p, reg.GroupID, manage)
-}
-
-func (s *Server) moveAssociation(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.association(r)
-	if err != nil {
-		return err
-	}
-	in, err := readParams(r)
-	if err != nil {
-		return err
-	}
-	if !in.has("position") {
-		in.fail("position is missing")
-	}
-	pos := in.integer("position")
-	if pos != nil && (*pos < 1 || *pos > store.MaxUpstreamsPerRegistry) {
-		in.fail("position does not have a valid value")
-	}
-	if len(in.errs) > 0 && pos == nil && in.has("position") {
-		in.errs = []string{"position does not have a valid value"}
-	}
-	if err := in.err(); err != nil {
-		return err
-	}
-	moved, err := s.st.MoveAssociation(a.ID, *pos)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, associationJSON(moved))
-	return nil
-}
-
-func (s *Server) deleteAssociation(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.association(r)
-	if err != nil {
-		return err
-	}
-	if err := s.st.DeleteAssociation(a.ID); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -1,0 +1,118 @@
+package admin
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/auth"
+	"registryd/config"
+	"registryd/store"
+)
+
+// testClock is a store clock the tests move by hand, so records get
+// distinct, known creation times.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// newTestServer is an admin Server on a real store in a temp dir, whose root
+// user signs in with rootToken. mutate, when not nil, adjusts the config.
+func newTestServer(t *testing.T, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testClock) {
+	t.Helper()
+	clock := &testClock{t: time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC)}
+	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg := config.Default()
+	cfg.External.URL = "http://registry.example:8081"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := New(Deps{Config: cfg, Store: st, Auth: auth.New(st, cfg, clock.Now), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EnsureRoot(rootToken); err != nil {
+		t.Fatal(err)
+	}
+	return st, srv, clock
+}
+
+// newUserWithToken creates a user with one personal access token of scope,
+// whose value "rdpat-<username>-token" it returns.
+func newUserWithToken(t *testing.T, st *store.Store, username, name, scope string) (store.User, string) {
+	t.Helper()
+	u, err := st.CreateUser(store.NewUser{Username: username, Name: name, Email: username + "@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := "rdpat-" + username + "-token"
+	if _, err := st.CreateToken(store.NewToken{UserID: u.ID, Name: "t", Scopes: []string{scope}, Plain: plain}); err != nil {
+		t.Fatal(err)
+	}
+	return u, plain
+}
+
+// testResp is an answer of the admin handler.
+type testResp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// serve runs req through srv.
+func serve(srv *Server, req *http.Request) testResp {
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	res := rec.Result()
+	body, _ := io.ReadAll(res.Body)
+	return testResp{status: res.StatusCode, header: res.Header, body: body}
+}
+
+func (r testResp) want(t *testing.T, status int) testResp {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+	return r
+}
+
+func (r testResp) list(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	if err := json.Unmarshal(r.body, &out); err != nil {
+		t.Fatalf("body is not a JSON array (%v): %s", err, r.body)
+	}
+	return out
+}
+
+func (r testResp) object(t *testing.T) map[string]any {
+	t.Helper()
+	var out map[string]any
+	if err := json.Unmarshal(r.body, &out); err != nil {
+		t.Fatalf("body is not a JSON object (%v): %s", err, r.body)
+	}
+	return out
+}
