@@ -690,10 +690,13 @@ func (e *env) startHeld(path string) *http.Response {
 	return res
 }
 
-// TestPublishFailureEndsShort: every byte arrived from the upstream, but the
-// entry cannot be written (the upstream was deleted meanwhile). The client
-// must not get a complete-looking body, and the blob must not stay.
-func TestPublishFailureEndsShort(t *testing.T) {
+// TestStoreFailureAfterCompleteBody: every byte arrived from the upstream,
+// but the entry cannot be written (the upstream was deleted meanwhile).
+// Since the last byte is released once the body is complete on disk rather
+// than once it is published, the client's response is complete and correct
+// (this test asserted a short body before that change); the failure is
+// logged and counted, and neither an entry nor a blob stays.
+func TestStoreFailureAfterCompleteBody(t *testing.T) {
 	e := newEnv(t)
 	up := newFakeUpstream(t)
 	body := jarBytes(jarPath, 32<<10)
@@ -707,13 +710,75 @@ func TestPublishFailureEndsShort(t *testing.T) {
 	}
 	up.releaseHeld()
 	got, err := io.ReadAll(res.Body)
-	if err == nil || len(got) >= len(body) {
-		t.Fatalf("read %d of %d bytes, error %v: a fill that was not cached looked complete", len(got), len(body), err)
+	if err != nil || string(got) != string(body) {
+		t.Fatalf("read %d of %d bytes, error %v: the body arrived whole, so must the response", len(got), len(body), err)
 	}
 	e.noBrokenState()
 	if n, _ := e.blobs.Stats(); n != 0 {
 		t.Fatalf("%d blobs after a failed publish", n)
 	}
+	if _, ok := e.entry(uid, "/"+jarPath); ok {
+		t.Fatal("an entry was written")
+	}
+	if got := e.metric("registryd_cache_fill_store_errors_total"); got != 1 {
+		t.Fatalf("fill store errors = %v, want 1", got)
+	}
+}
+
+// TestJoinBetweenCompleteAndPublished holds a fill after its body is
+// complete on disk and before it is hashed and published: the first client
+// already has the whole body, a GET that joins then reads the complete temp
+// file, and a checksum sidecar that joins waits for the published entry.
+func TestJoinBetweenCompleteAndPublished(t *testing.T) {
+	e := newEnv(t)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, 96<<10)
+	up.set(jarPath, fakeFile{body: body, fault: faultHold})
+	uid := e.upstream(up.URL, nil, nil)
+	completed, proceed := make(chan struct{}), make(chan struct{})
+	e.srv.onComplete = func() {
+		close(completed)
+		<-proceed
+	}
+	joined := make(chan struct{}, 4)
+	e.srv.onJoin = func() { joined <- struct{}{} }
+	reg := "/" + strconv.FormatInt(e.registry, 10) + "/"
+
+	res := e.startHeld(jarPath)
+	defer res.Body.Close()
+	<-up.midBody
+	up.releaseHeld()
+	<-completed
+	first, err := io.ReadAll(res.Body)
+	if err != nil || string(first) != string(body) {
+		t.Fatalf("first client: %d of %d bytes, %v", len(first), len(body), err)
+	}
+	if _, ok := e.entry(uid, "/"+jarPath); ok {
+		t.Fatal("the entry exists already: the hold did not hold")
+	}
+
+	e.do(http.MethodGet, reg+jarPath, nil, "Private-Token", rootToken).expect(t, 200).expectBody(t, string(body))
+	<-joined
+
+	sidecar := make(chan resp, 1)
+	go func() { sidecar <- e.do(http.MethodGet, reg+jarPath+".sha1", nil, "Private-Token", rootToken) }()
+	<-joined
+	select {
+	case r := <-sidecar:
+		t.Fatalf("the sidecar was answered (%d %q) before the entry was published", r.status, r.body)
+	default:
+	}
+	close(proceed)
+	_, sha1hex, _, _ := digests(body)
+	(<-sidecar).expect(t, 200).expectBody(t, sha1hex)
+	e.waitFills()
+	if ce, ok := e.entry(uid, "/"+jarPath); !ok || ce.Size != int64(len(body)) {
+		t.Fatalf("entry %+v, %v", ce, ok)
+	}
+	if got := up.calls(jarPath); got != 1 {
+		t.Fatalf("upstream GETs = %d, want 1", got)
+	}
+	e.noBrokenState()
 }
 
 // TestShutdownCancelsFills: a fill still running when the listener has

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,11 +24,17 @@ import (
 // being filled, or a stale entry being revalidated. It runs in its own
 // goroutine on a context detached from every client (bounded by
 // upstreams.fill_timeout), so a client hanging up does not abort it and a
-// slow client does not slow it: the body goes to a temp file (hashed on the
-// way), and every client, the first one included, streams behind the fill
-// from that file as it grows. Only after the full length and a clean end is
-// the blob published and the entry written; a failure leaves neither, and
-// clients reading behind it see their body end short.
+// slow client does not slow it: the body goes to a temp file (hashed behind
+// the writer, see store.BlobWriter), and every client, the first one
+// included, streams behind the fill from that file as it grows.
+//
+// The last byte is held back until the body has ended cleanly with its full
+// length on disk: the clients then hold exactly the upstream's bytes, and a
+// body that breaks ends their responses short. Only then are the digests
+// awaited, the file fsynced and the blob published and the entry written;
+// a failure there leaves neither (it is logged and counted) but no longer
+// touches the responses, which were complete and correct. Checksum sidecars
+// wait for the published entry, since they answer from its digests.
 //
 // This is the only deduplication layer: concurrent requests for the same
 // (upstream, path) join the flight in the map and never fetch again.
@@ -52,10 +61,15 @@ type flight struct {
 
 	mu       sync.Mutex
 	written  int64
-	wake     chan struct{} // closed and replaced whenever written or finished changes
+	wake     chan struct{} // closed and replaced when written, complete or finished change
+	waiting  int           // readers waiting on wake
+	complete bool          // the body ended cleanly with its full length on disk
 	finished bool
-	final    error            // a failure after ready (the body broke)
+	final    error            // a failure after ready: the body broke, or storing it failed
 	entry    store.CacheEntry // the published entry, once finished without error
+	// sent counts the responses that had the whole body before the entry
+	// existed; finish records them as downloads once it does.
+	sent int
 }
 
 type flightKey struct {
@@ -140,12 +154,32 @@ func (f *flight) leave() {
 	s.flightsMu.Unlock()
 }
 
-// progress publishes how much of the body is on disk.
+// progress publishes how much of the body is on disk. When readers were
+// waiting for it, the fill yields to them: they were readied onto the fill's
+// P, which a fast upstream keeps busy without the fill ever blocking, and
+// would otherwise wait for the scheduler to preempt it (10ms) or for another
+// P to steal them.
 func (f *flight) progress(n int64) {
 	f.mu.Lock()
 	f.written = n
+	w, waiting := f.wake, f.waiting
+	if waiting > 0 {
+		f.wake, f.waiting = make(chan struct{}), 0
+	}
+	f.mu.Unlock()
+	if waiting > 0 {
+		close(w)
+		runtime.Gosched()
+	}
+}
+
+// completed publishes that the body ended cleanly with its full length:
+// readers may hand out the last byte and end their responses.
+func (f *flight) completed() {
+	f.mu.Lock()
+	f.complete = true
 	w := f.wake
-	f.wake = make(chan struct{})
+	f.wake, f.waiting = make(chan struct{}), 0
 	f.mu.Unlock()
 	close(w)
 }
@@ -157,9 +191,16 @@ func (f *flight) finish(entry store.CacheEntry, err error) {
 	f.leave()
 	f.mu.Lock()
 	f.finished, f.final, f.entry = true, err, entry
+	sent := f.sent
 	w := f.wake
 	f.mu.Unlock()
 	close(w)
+	if err == nil {
+		now := f.s.now()
+		for range sent {
+			f.s.downloads.add(f.up.id, f.relSlash, now)
+		}
+	}
 	close(f.done)
 }
 
@@ -174,7 +215,17 @@ func (f *flight) result() (store.CacheEntry, error) {
 	return f.entry, nil
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+// copyBufSize is the fill's read size: large reads and writes cost fewer
+// system calls and fewer wake-ups of the readers behind the fill (writing
+// 64 MB to a file by 256 KiB takes about 3/4 of the time it takes by 64 KiB
+// here), while a 50-client herd of different files still holds little.
+const copyBufSize = 256 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// pieceBufs serve readers that cannot use sendfile (chunked responses): a
+// piece becomes one chunk, and a herd of such readers holds one buffer each.
+var pieceBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // fill runs one flight to its end.
 func (s *Server) fill(f *flight) {
@@ -184,15 +235,25 @@ func (s *Server) fill(f *flight) {
 	defer cancel()
 
 	start := time.Now()
+	var temp *pendingTemp
+	if f.etag == "" {
+		temp = s.prepareTemp()
+	}
+	// Outcomes without a body drop the prepared temp file before the
+	// flight is done: once it is, nothing of it is left in DATA_DIR/tmp.
+	noBody := func(kind flightKind, err error) {
+		f.decide(kind, err)
+		temp.drop()
+		f.finish(store.CacheEntry{}, nil)
+	}
 	resp, err := s.up.Get(ctx, f.up.ep, f.key.rel, f.etag)
 	if err != nil {
 		s.met.upstream(f.up, outcomeOf(err), start)
 		if errors.Is(err, upstream.ErrNotFound) {
-			f.decide(flightNotFound, nil)
+			noBody(flightNotFound, nil)
 		} else {
-			f.decide(flightFailed, err)
+			noBody(flightFailed, err)
 		}
-		f.finish(store.CacheEntry{}, nil)
 		return
 	}
 	defer resp.Body.Close()
@@ -200,34 +261,25 @@ func (s *Server) fill(f *flight) {
 	if resp.Status == fasthttp.StatusNotModified || (f.etag != "" && resp.ETag == f.etag) {
 		if f.etag == "" {
 			s.met.upstream(f.up, outcomeServerError, start)
-			f.decide(flightFailed, errUnexpected304)
-			f.finish(store.CacheEntry{}, nil)
+			noBody(flightFailed, errUnexpected304)
 			return
 		}
 		s.met.upstream(f.up, outcomeNotModified, start)
 		if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
 		}
-		f.decide(flightNotModified, nil)
-		f.finish(store.CacheEntry{}, nil)
+		noBody(flightNotModified, nil)
 		return
 	}
 	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
 
 	if resp.ContentLength > s.maxFile {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
-		f.decide(flightFailed, errTooLarge)
-		f.finish(store.CacheEntry{}, nil)
+		noBody(flightFailed, errTooLarge)
 		return
 	}
-	w, err := s.blobs.Create()
+	w, rf, err := temp.take(s)
 	if err != nil {
-		s.failBeforeStream(f, err)
-		return
-	}
-	rf, err := os.Open(w.Name())
-	if err != nil {
-		w.Abort()
 		s.failBeforeStream(f, err)
 		return
 	}
@@ -240,9 +292,12 @@ func (s *Server) fill(f *flight) {
 	f.upSHA1 = hexHeader(resp.Header.Get("X-Checksum-Sha1"), 40)
 	f.upMD5 = hexHeader(resp.Header.Get("X-Checksum-Md5"), 32)
 	f.decide(flightStreaming, nil)
+	// The requests waiting for this answer were readied onto this P, which
+	// the copy below keeps busy without ever blocking when the upstream is
+	// fast: let them send their headers first.
+	runtime.Gosched()
 
-	entry, err := s.stream(f, resp, w)
-	if err != nil {
+	if err := s.copyBody(f, resp, w); err != nil {
 		w.Abort()
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 		if !errors.Is(err, errShutdown) {
@@ -252,8 +307,92 @@ func (s *Server) fill(f *flight) {
 		f.finish(store.CacheEntry{}, err)
 		return
 	}
+	// The upstream connection goes back to the pool before the fsync.
+	resp.Body.Close()
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
-	f.finish(entry, nil)
+	f.completed()
+	if s.onComplete != nil {
+		s.onComplete()
+	}
+
+	d, err := w.Finish()
+	var entry store.CacheEntry
+	if err == nil {
+		entry, err = s.blobs.Publish(s.st, w, d, store.CacheEntry{
+			UpstreamID:   f.up.id,
+			RelativePath: f.relSlash,
+			ContentType:  f.ctype,
+			ETag:         resp.ETag,
+			CheckedAt:    s.now().UTC().Truncate(time.Millisecond),
+		})
+	}
+	if err != nil {
+		w.Abort()
+		s.met.storeErrors.Inc()
+		s.log.Error("storing a fill failed; its clients got the whole file, nothing was cached",
+			"upstream", f.up.id, "path", f.relSlash, "bytes", w.Size(), "err", err)
+	}
+	f.finish(entry, err)
+}
+
+// pendingTemp is the temp file for a body (the blob writer and a read
+// descriptor for the flight), created while the upstream is being asked:
+// creating a file costs from tens of microseconds to over half a millisecond
+// (this machine's ext4, under load), as much as the upstream's answer on a
+// local network, and a client would wait for it before its first byte. Only
+// plain GETs prepare one, since revalidations mostly end in 304; an answer
+// that brings no body drops it.
+type pendingTemp struct {
+	done  chan struct{}
+	w     *store.BlobWriter
+	rf    *os.File
+	err   error
+	taken bool
+}
+
+func (s *Server) prepareTemp() *pendingTemp {
+	t := &pendingTemp{done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		t.w, t.rf, t.err = s.createTemp()
+	}()
+	return t
+}
+
+func (s *Server) createTemp() (*store.BlobWriter, *os.File, error) {
+	w, err := s.blobs.Create()
+	if err != nil {
+		return nil, nil, err
+	}
+	rf, err := os.Open(w.Name())
+	if err != nil {
+		w.Abort()
+		return nil, nil, err
+	}
+	return w, rf, nil
+}
+
+// take returns the prepared temp file, waiting for it, or creates one when
+// none was prepared (t is nil).
+func (t *pendingTemp) take(s *Server) (*store.BlobWriter, *os.File, error) {
+	if t == nil {
+		return s.createTemp()
+	}
+	<-t.done
+	t.taken = true
+	return t.w, t.rf, t.err
+}
+
+// drop removes a prepared temp file that was not taken.
+func (t *pendingTemp) drop() {
+	if t == nil || t.taken {
+		return
+	}
+	<-t.done
+	if t.w != nil {
+		t.rf.Close()
+		t.w.Abort()
+	}
 }
 
 func (s *Server) failBeforeStream(f *flight, err error) {
@@ -263,9 +402,9 @@ func (s *Server) failBeforeStream(f *flight, err error) {
 	f.finish(store.CacheEntry{}, nil)
 }
 
-// stream copies the body to the blob writer, publishing progress, and on a
-// clean, complete end publishes the blob and writes the entry.
-func (s *Server) stream(f *flight, resp *upstream.Response, w *store.BlobWriter) (store.CacheEntry, error) {
+// copyBody copies the body to the blob writer, publishing progress, and
+// checks that it ended cleanly with the announced length.
+func (s *Server) copyBody(f *flight, resp *upstream.Response, w *store.BlobWriter) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -273,10 +412,10 @@ func (s *Server) stream(f *flight, resp *upstream.Response, w *store.BlobWriter)
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if w.Size()+int64(n) > s.maxFile {
-				return store.CacheEntry{}, errTooLarge
+				return errTooLarge
 			}
 			if _, err := w.Write(buf[:n]); err != nil {
-				return store.CacheEntry{}, err
+				return err
 			}
 			s.met.fetched.Add(float64(n))
 			f.progress(w.Size())
@@ -286,25 +425,15 @@ func (s *Server) stream(f *flight, resp *upstream.Response, w *store.BlobWriter)
 		}
 		if rerr != nil {
 			if s.fillCtx.Err() != nil {
-				return store.CacheEntry{}, errShutdown
+				return errShutdown
 			}
-			return store.CacheEntry{}, rerr
+			return rerr
 		}
 	}
 	if f.size >= 0 && w.Size() != f.size {
-		return store.CacheEntry{}, errShortBody
+		return errShortBody
 	}
-	d, err := w.Finish()
-	if err != nil {
-		return store.CacheEntry{}, err
-	}
-	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
-		UpstreamID:   f.up.id,
-		RelativePath: f.relSlash,
-		ContentType:  f.ctype,
-		ETag:         resp.ETag,
-		CheckedAt:    s.now().UTC().Truncate(time.Millisecond),
-	})
+	return nil
 }
 
 // outcomeOf sorts an upstream error for the requests metric.
@@ -342,54 +471,177 @@ func hexHeader(v string, n int) string {
 
 // flightReader streams a flight's body to one client from the temp file, as
 // fast as the fill writes it, except the very last byte, which it hands over
-// only once the entry is published. It returns the fill's error if the body
-// breaks, so fasthttp ends the response short (Content-Length not reached,
-// or no terminating chunk) and closes the connection: a client never holds a
-// complete-looking 200 of a file that is not cached.
+// only once the body is known complete. It returns the fill's error if the
+// body breaks, so fasthttp ends the response short (Content-Length not
+// reached, or no terminating chunk) and closes the connection: a client never
+// holds a complete-looking 200 of a body the upstream did not send whole.
 type flightReader struct {
 	f       *flight
 	off     int64
 	counted bool
+	// src is this reader's own descriptor of the temp file, for sendfile,
+	// which sends from (and advances) a descriptor's file position; nil
+	// until WriteTo opens it, or when it could not.
+	src *os.File
 }
 
-func (r *flightReader) Read(p []byte) (int, error) {
+// next waits until there are bytes past r.off to send and returns how far
+// they go; at the end it returns io.EOF, or the fill's error if the body
+// broke before it was complete.
+func (r *flightReader) next() (int64, error) {
 	f := r.f
 	for {
 		f.mu.Lock()
-		written, finished, final, wake := f.written, f.finished, f.final, f.wake
-		f.mu.Unlock()
-		if written == f.size && written > 0 && (!finished || final != nil) {
-			// The last byte waits for the entry: a client holding the whole
-			// file can rely on the next request being a hit, and a fill that
-			// fails to publish still ends its body short.
-			written--
+		written, wake := f.written, f.wake
+		if !f.complete && written == f.size && written > 0 {
+			written-- // the last byte waits for the clean end
 		}
 		if r.off < written {
-			n := int(min(int64(len(p)), written-r.off))
-			n, err := f.file.ReadAt(p[:n], r.off)
-			r.off += int64(n)
-			f.s.met.served.Add(float64(n))
-			if err != nil && !errors.Is(err, io.EOF) {
-				return n, err
-			}
-			return n, nil
+			f.mu.Unlock()
+			return written, nil
 		}
-		if final != nil {
-			return 0, final
-		}
-		if finished {
+		if f.complete {
+			// One download per response, and only of a cached file: until
+			// the entry exists, finish counts it.
+			count := false
 			if !r.counted {
 				r.counted = true
+				if f.finished {
+					count = f.final == nil
+				} else {
+					f.sent++
+				}
+			}
+			f.mu.Unlock()
+			if count {
 				f.s.downloads.add(f.up.id, f.relSlash, f.s.now())
 			}
 			return 0, io.EOF
+		}
+		final := f.final
+		if final == nil {
+			f.waiting++
+		}
+		f.mu.Unlock()
+		if final != nil {
+			return 0, final
 		}
 		<-wake
 	}
 }
 
+func (r *flightReader) Read(p []byte) (int, error) {
+	avail, err := r.next()
+	if err != nil {
+		return 0, err
+	}
+	n := int(min(int64(len(p)), avail-r.off))
+	n, err = r.f.file.ReadAt(p[:n], r.off)
+	r.off += int64(n)
+	r.f.s.met.served.Add(float64(n))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, err
+	}
+	return n, nil
+}
+
+// SupportsBodyWriteTo lets fasthttp call WriteTo for both framings: WriteTo
+// sends what Read would, with the same accounting.
+func (r *flightReader) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo sends the body to w as the fill writes it. fasthttp passes its
+// buffered writer on the connection for a response with a Content-Length:
+// each newly written range then goes from the temp file to the socket by
+// sendfile(2) (bufio.Writer.ReadFrom hands an io.LimitedReader over an
+// *os.File to the TCP connection), never through user space. Anything else
+// (chunked framing) gets the bytes by ReadAt in large pieces.
+func (r *flightReader) WriteTo(w io.Writer) (int64, error) {
+	var sent int64
+	bw, direct := w.(*bufio.Writer)
+	if direct && r.src == nil {
+		r.src = r.f.reopen(r.off)
+	}
+	for {
+		avail, err := r.next()
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return sent, err
+		}
+		var n int64
+		if direct && r.src != nil {
+			lr := io.LimitedReader{R: r.src, N: avail - r.off}
+			n, err = bw.ReadFrom(&lr)
+		} else {
+			n, err = r.copyPiece(w, avail)
+		}
+		r.off += n
+		sent += n
+		r.f.s.met.served.Add(float64(n))
+		if err != nil {
+			return sent, err
+		}
+	}
+}
+
+// copyPiece writes the bytes from r.off to avail through a pooled buffer.
+func (r *flightReader) copyPiece(w io.Writer, avail int64) (int64, error) {
+	bp := pieceBufs.Get().(*[]byte)
+	defer pieceBufs.Put(bp)
+	buf := *bp
+	var done int64
+	for r.off+done < avail {
+		n, err := r.f.file.ReadAt(buf[:min(int64(len(buf)), avail-r.off-done)], r.off+done)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			done += int64(m)
+			if werr != nil {
+				return done, werr
+			}
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return done, err
+		}
+		if n == 0 {
+			return done, io.ErrUnexpectedEOF
+		}
+	}
+	return done, nil
+}
+
+// reopen opens the temp file again, as a new open file description with its
+// own position (set to off), by way of /proc/self/fd: the file may have been
+// renamed into the blob store, or dropped as a duplicate, since the flight
+// opened it. It returns nil where that is not possible; the reader then
+// copies by ReadAt.
+func (f *flight) reopen(off int64) *os.File {
+	sc, err := f.file.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var src *os.File
+	_ = sc.Control(func(fd uintptr) {
+		src, err = os.Open("/proc/self/fd/" + strconv.FormatUint(uint64(fd), 10))
+	})
+	if err != nil {
+		return nil
+	}
+	if off > 0 {
+		if _, err := src.Seek(off, io.SeekStart); err != nil {
+			src.Close()
+			return nil
+		}
+	}
+	return src
+}
+
 // Close releases the flight; fasthttp calls it when the response is done.
 func (r *flightReader) Close() error {
+	if r.src != nil {
+		r.src.Close()
+		r.src = nil
+	}
 	if r.f != nil {
 		r.f.release()
 		r.f = nil

@@ -270,17 +270,12 @@ func (e *env) noBrokenState() {
 }
 
 // waitFills waits until no fill runs: a fill's client may get its answer
-// before the fill has cleaned up.
+// before the fill has cleaned up (a body is released once it is complete,
+// before it is hashed and published; an answer without a body leaves the
+// flight map before its prepared temp file is dropped). No request may start
+// a fill while it waits.
 func (e *env) waitFills() {
-	e.srv.flightsMu.Lock()
-	var running []*flight
-	for _, f := range e.srv.flights {
-		running = append(running, f)
-	}
-	e.srv.flightsMu.Unlock()
-	for _, f := range running {
-		<-f.done
-	}
+	e.srv.fills.Wait()
 }
 
 // counter reads a counter or gauge of the env's registry.

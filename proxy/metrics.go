@@ -38,6 +38,7 @@ type metrics struct {
 	fetched      prometheus.Counter
 	joins        prometheus.Counter
 	flushErrors  prometheus.Counter
+	storeErrors  prometheus.Counter
 
 	collectorRuns    prometheus.Counter
 	collectorEntries prometheus.Counter
@@ -101,6 +102,11 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "cache", Name: "fill_joins_total",
 			Help: "Requests that joined a fill (or revalidation) already in flight instead of asking the upstream again.",
 		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "fill_store_errors_total",
+			Help: "Fills whose body arrived whole but could not be stored (hashing, fsync, rename or index " +
+				"write failed): their clients got the whole file, nothing was cached.",
+		}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "cache", Name: "download_count_flush_errors_total",
 			Help: "Failed writes of batched download counters.",
@@ -133,7 +139,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 
 	cs := []prometheus.Collector{
 		m.requests, m.lookups, m.upstreamReqs, m.upstreamDur, m.served, m.fetched, m.joins,
-		m.flushErrors,
+		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: "cache", Name: "blobs",

@@ -91,6 +91,9 @@ type Server struct {
 
 	// onJoin, when set (by tests), runs whenever a request joins a flight.
 	onJoin func()
+	// onComplete, when set (by tests), runs in a fill once its body is
+	// complete on disk, before the blob is hashed, fsynced and published.
+	onComplete func()
 
 	bgMu          sync.Mutex
 	flusherStop   chan struct{}
