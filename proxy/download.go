@@ -194,6 +194,7 @@ type entryKey struct {
 type entryView struct {
 	gen          uint64
 	found        bool
+	key          string // the relative path it is cached under (owned, not request memory)
 	e            store.CacheEntry
 	up           *upstreamView
 	blob         string
@@ -205,17 +206,30 @@ type entryView struct {
 
 // lookup returns the entry for rel, or nil.
 func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, error) {
-	if v, ok := s.entries.Get(entryKey{reg.id, rel}); ok && v.gen == gen {
-		if !v.found {
+	cached, ok := s.entries.Get(entryKey{reg.id, rel})
+	if ok && cached.gen == gen {
+		if !cached.found {
 			return nil, nil
 		}
-		return v, nil
+		return cached, nil
 	}
 	e, found, err := s.st.FirstCacheEntry(reg.upIDs, "/"+rel)
 	if err != nil {
 		return nil, err
 	}
-	v := &entryView{gen: gen, found: found}
+	// The generation moves on every change anywhere in the cache (each fill
+	// elsewhere, each purge); most cached views are still right then. Reuse
+	// the rendered headers of one whose entry is unchanged, re-pointing it at
+	// the current registry view (an upstream's validity may have changed).
+	if ok && found && cached.found && cached.e.SHA256 == e.SHA256 && cached.e.UpdatedAt.Equal(e.UpdatedAt) {
+		if up := reg.upstream(e.UpstreamID); up != nil {
+			v := *cached
+			v.gen, v.e, v.up = gen, e, up
+			s.entries.Add(entryKey{reg.id, cached.key}, &v)
+			return &v, nil
+		}
+	}
+	v := &entryView{gen: gen, found: found, key: strings.Clone(rel)}
 	if found {
 		v.e = e
 		v.up = reg.upstream(e.UpstreamID)
@@ -231,7 +245,7 @@ func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, 
 			v.contentType = maven.ContentType(rel)
 		}
 	}
-	s.entries.Add(entryKey{reg.id, strings.Clone(rel)}, v)
+	s.entries.Add(entryKey{reg.id, v.key}, v)
 	if !found {
 		return nil, nil
 	}
