@@ -209,7 +209,7 @@ func fmtNum(v float64) string {
 		return fmt.Sprintf("%.2fG", v/1e9)
 	case v >= 1e6:
 		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e4:
+	case v >= 1e3:
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.3g", v)
