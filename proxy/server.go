@@ -202,6 +202,15 @@ var downloadPrefix = []byte("/api/v4/virtual_registries/packages/maven/")
 var uploadSuffix = []byte("/upload")
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	// fasthttp does not recover a panicking handler: the whole daemon would
+	// go down with one bad request. A panic is answered like any unexpected
+	// error: a logged request id and a 500 that shows nothing internal.
+	defer func() {
+		if rec := recover(); rec != nil {
+			s.writeError(ctx, fmt.Errorf("panic: %v", rec))
+			s.met.request(rOther, ctx.Response.StatusCode())
+		}
+	}()
 	r, err := s.route(ctx)
 	if err != nil {
 		s.writeError(ctx, err)
