@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// Bodies of at most memBodyMax are read whole before the clients are
+// answered and sent from memory. These tests hold that path to the same
+// guarantees as a streamed body: a body that breaks ends the response short
+// and caches nothing, a complete body reaches the client whole even when
+// storing it fails, and a herd costs one upstream GET.
+
+func TestSmallBodyFaults(t *testing.T) {
+	body := jarBytes(jarPath, 1<<10)
+	cases := []struct {
+		name string
+		file fakeFile
+	}{
+		{name: "connection reset mid-body", file: fakeFile{body: body, fault: faultReset}},
+		{name: "Content-Length larger than the body", file: fakeFile{body: body, fault: faultWrongLen}},
+		{name: "truncated chunked body", file: fakeFile{body: body, fault: faultTruncated}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			up := newFakeUpstream(t)
+			up.set(jarPath, c.file)
+			uid := e.upstream(up.URL, nil, nil)
+			r := e.get(jarPath)
+			if r.status != 200 {
+				t.Fatalf("status %d, want 200 ending short", r.status)
+			}
+			if r.readErr == nil {
+				t.Fatalf("the body (%d bytes) ended cleanly: a broken fill must never look complete", len(r.body))
+			}
+			if cl, _ := strconv.Atoi(r.header.Get("Content-Length")); cl != 0 && len(r.body) >= cl {
+				t.Fatalf("got %d bytes of %d announced and no error", len(r.body), cl)
+			}
+			e.waitFills()
+			if _, ok := e.entry(uid, "/"+jarPath); ok {
+				t.Fatal("a broken fill left a cache entry")
+			}
+			e.noBrokenState()
+
+			up.set(jarPath, fakeFile{body: body})
+			e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+			e.waitFills()
+			if ce, ok := e.entry(uid, "/"+jarPath); !ok || ce.Size != int64(len(body)) {
+				t.Fatalf("after the retry: entry %+v, %v", ce, ok)
+			}
+		})
+	}
+}
+
+func TestSmallBodyStoreFailure(t *testing.T) {
+	e := newEnv(t)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, 2<<10)
+	up.set(jarPath, fakeFile{body: body, fault: faultHold})
+	uid := e.upstream(up.URL, nil, nil)
+	// The answer waits for the whole body, so the request runs aside.
+	answer := make(chan resp, 1)
+	go func() { answer <- e.get(jarPath) }()
+	<-up.midBody
+	if err := e.st.DeleteUpstream(uid); err != nil {
+		t.Fatal(err)
+	}
+	up.releaseHeld()
+	r := <-answer
+	if r.status != 200 || r.readErr != nil || string(r.body) != string(body) {
+		t.Fatalf("status %d, read %d of %d bytes, error %v: the body arrived whole, so must the response",
+			r.status, len(r.body), len(body), r.readErr)
+	}
+	e.waitFills()
+	e.noBrokenState()
+	if n, _ := e.blobs.Stats(); n != 0 {
+		t.Fatalf("%d blobs after a failed publish", n)
+	}
+	if _, ok := e.entry(uid, "/"+jarPath); ok {
+		t.Fatal("an entry was written")
+	}
+	if got := e.metric("registryd_cache_fill_store_errors_total"); got != 1 {
+		t.Fatalf("fill store errors = %v, want 1", got)
+	}
+}
+
+func TestSmallBodyHerd(t *testing.T) {
+	e := newEnv(t)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, memBodyMax)
+	up.set(jarPath, fakeFile{body: body, fault: faultHold})
+	uid := e.upstream(up.URL, nil, nil)
+
+	const n = 16
+	joined := make(chan struct{}, n)
+	e.srv.onJoin = func() { joined <- struct{}{} }
+	var wg sync.WaitGroup
+	results := make([]resp, n)
+	wg.Add(n)
+	for i := range n {
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodGet, e.base+"/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil)
+			req.Header.Set("Private-Token", rootToken)
+			res, err := e.client.Do(req)
+			if err != nil {
+				results[i] = resp{readErr: err}
+				return
+			}
+			defer res.Body.Close()
+			raw, err := io.ReadAll(res.Body)
+			results[i] = resp{status: res.StatusCode, header: res.Header, body: raw, readErr: err}
+		}()
+	}
+	<-up.midBody
+	for range n - 1 {
+		<-joined
+	}
+	up.releaseHeld()
+	wg.Wait()
+	for i, r := range results {
+		if r.readErr != nil || r.status != 200 || string(r.body) != string(body) {
+			t.Fatalf("request %d: status %d, %d bytes, %v", i, r.status, len(r.body), r.readErr)
+		}
+		if cl := r.header.Get("Content-Length"); cl != strconv.Itoa(len(body)) {
+			t.Fatalf("request %d: Content-Length %q, want %d", i, cl, len(body))
+		}
+	}
+	if got := up.calls(jarPath); got != 1 {
+		t.Fatalf("upstream GETs = %d, want exactly 1", got)
+	}
+	e.waitFills()
+	if err := e.srv.FlushDownloads(); err != nil {
+		t.Fatal(err)
+	}
+	ce, ok := e.entry(uid, "/"+jarPath)
+	if !ok || ce.Size != int64(len(body)) {
+		t.Fatalf("entry %+v, %v", ce, ok)
+	}
+	if ce.DownloadsCount != n {
+		t.Fatalf("downloads_count = %d, want %d: one per response", ce.DownloadsCount, n)
+	}
+	_, sha1hex, _, _ := digests(body)
+	e.get(jarPath+".sha1").expect(t, 200).expectBody(t, sha1hex)
+}
