@@ -267,8 +267,29 @@ func (v *entryView) fresh(kind maven.Kind, now time.Time) bool {
 
 // --- resolution ---
 
-// resolve answers p from the cache or the upstreams.
+// maxLookups bounds how often one request looks the cache up again because
+// the cache changed between its lookup and its fetch (see join).
+const maxLookups = 3
+
+// resolve answers p from the cache or the upstreams. A lookup that missed
+// while a flight for the file was storing it finds no flight to join
+// afterwards; join then says to look again (errLookAgain) rather than fetch
+// the file a second time.
 func (s *Server) resolve(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, gen uint64) error {
+	for attempt := 1; ; attempt++ {
+		seen := gen
+		if attempt == maxLookups {
+			seen = anyGen
+		}
+		err := s.resolveOnce(ctx, reg, p, gen, seen)
+		if err != errLookAgain {
+			return err
+		}
+		gen = s.st.CacheGeneration()
+	}
+}
+
+func (s *Server) resolveOnce(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, gen, seen uint64) error {
 	rel := p.EntryRel()
 	v, err := s.lookup(reg, rel, gen)
 	if err != nil {
@@ -276,18 +297,18 @@ func (s *Server) resolve(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Pa
 	}
 	if v == nil {
 		s.met.miss.Inc()
-		return s.fetchMiss(ctx, reg, p, 0)
+		return s.fetchMiss(ctx, reg, p, 0, seen)
 	}
 	if v.fresh(p.EntryKind(), s.now()) {
 		err := s.serveEntry(ctx, p, v)
 		if errors.Is(err, errBlobGone) {
 			s.met.miss.Inc()
-			return s.fetchMiss(ctx, reg, p, 0)
+			return s.fetchMiss(ctx, reg, p, 0, seen)
 		}
 		s.met.hit.Inc()
 		return err
 	}
-	return s.revalidate(ctx, reg, p, v)
+	return s.revalidate(ctx, reg, p, v, seen)
 }
 
 // revalidate handles a stale entry: one conditional GET (If-None-Match with
@@ -298,8 +319,11 @@ func (s *Server) resolve(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Pa
 // other upstreams like a miss. Any other failure (network error, timeout,
 // 5xx, and also 401/403/429 and other non-404 answers): the stale copy is
 // served, because only a definite answer about the file should replace it.
-func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView) error {
-	f := s.join(v.up, p.EntryRel(), v.e.ETag)
+func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView, seen uint64) error {
+	f := s.join(v.up, p.EntryRel(), v.e.ETag, seen)
+	if f == nil {
+		return errLookAgain
+	}
 	<-f.ready
 	switch f.kind {
 	case flightStreaming:
@@ -312,7 +336,7 @@ func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven
 	case flightNotFound:
 		f.release()
 		s.met.miss.Inc()
-		return s.fetchMiss(ctx, reg, p, v.up.id)
+		return s.fetchMiss(ctx, reg, p, v.up.id, anyGen)
 	}
 	err := f.err
 	f.release()
@@ -327,7 +351,7 @@ func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven
 func (s *Server) serveEntryOrMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView) error {
 	err := s.serveEntry(ctx, p, v)
 	if errors.Is(err, errBlobGone) {
-		return s.fetchMiss(ctx, reg, p, 0)
+		return s.fetchMiss(ctx, reg, p, 0, anyGen)
 	}
 	return err
 }
@@ -341,14 +365,17 @@ func (s *Server) serveEntryOrMiss(ctx *fasthttp.RequestCtx, reg *registryView, p
 // failure, because a 404 would make Maven remember "absent" for a file an
 // unreachable upstream may well have. skip is an upstream already known
 // not to have the file (0 for none).
-func (s *Server) fetchMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, skip int64) error {
+func (s *Server) fetchMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, skip int64, seen uint64) error {
 	rel := p.EntryRel()
 	var failures []upstreamFailure
 	for _, up := range reg.ups {
 		if up.id == skip {
 			continue
 		}
-		f := s.join(up, rel, "")
+		f := s.join(up, rel, "", seen)
+		if f == nil {
+			return errLookAgain
+		}
 		<-f.ready
 		switch f.kind {
 		case flightStreaming:

@@ -91,10 +91,24 @@ const (
 	flightFailed                 // no usable answer: see err
 )
 
+// anyGen makes join start a flight whatever changed in the cache.
+const anyGen = ^uint64(0)
+
+// errLookAgain tells resolve that the cache changed since its lookup.
+var errLookAgain = errors.New("the cache changed since the lookup")
+
 // join returns the flight for (up, rel), starting one if none runs. The
 // caller must wait for ready and then call release (or hand the flight to a
 // flightReader, whose Close releases it).
-func (s *Server) join(up *upstreamView, rel, etag string) *flight {
+//
+// seen is the cache generation the caller's lookup saw. When no flight runs
+// and the generation has moved since, join starts nothing and returns nil: a
+// flight may have stored the very entry the lookup missed and ended in
+// between, and fetching again would be a second upstream request for one
+// file. A flight leaves the map only after its entry is committed and the
+// generation bumped, so reading the generation under flightsMu, after
+// finding no flight, cannot miss that. seen == anyGen skips the check.
+func (s *Server) join(up *upstreamView, rel, etag string, seen uint64) *flight {
 	s.flightsMu.Lock()
 	if f, ok := s.flights[flightKey{up.id, rel}]; ok {
 		f.refs.Add(1)
@@ -104,6 +118,10 @@ func (s *Server) join(up *upstreamView, rel, etag string) *flight {
 			s.onJoin()
 		}
 		return f
+	}
+	if seen != anyGen && s.st.CacheGeneration() != seen {
+		s.flightsMu.Unlock()
+		return nil
 	}
 	relc := strings.Clone(rel)
 	f := &flight{
