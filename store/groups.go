@@ -98,10 +98,10 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 			g.FullPath = parent.FullPath + "/" + n.Path
 			g.FullName = parent.FullName + " / " + n.Name
 		}
-		byPath := tx.Bucket(bktGroupsByPath)
-		if byPath.Get(lower(g.FullPath)) != nil || tx.Bucket(bktProjectsPath).Get(lower(g.FullPath)) != nil {
+		if pathTaken(tx, g.FullPath) {
 			return invalid("path", "has already been taken")
 		}
+		byPath := tx.Bucket(bktGroupsByPath)
 		b := tx.Bucket(bktGroups)
 		id, err := nextID(b)
 		if err != nil {
@@ -129,6 +129,12 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 		return nil
 	})
 	return g, err
+}
+
+// pathTaken reports whether a group or a project already has the full path:
+// both live in one namespace of URLs.
+func pathTaken(tx *bolt.Tx, fullPath string) bool {
+	return tx.Bucket(bktGroupsByPath).Get(lower(fullPath)) != nil || tx.Bucket(bktProjectsPath).Get(lower(fullPath)) != nil
 }
 
 func groupTx(tx *bolt.Tx, id int64) (Group, bool) {

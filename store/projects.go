@@ -63,10 +63,10 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 		}
 		p.FullPath = ns.FullPath + "/" + p.Path
 		p.FullName = ns.FullName + " / " + p.Name
-		byPath := tx.Bucket(bktProjectsPath)
-		if byPath.Get(lower(p.FullPath)) != nil || tx.Bucket(bktGroupsByPath).Get(lower(p.FullPath)) != nil {
+		if pathTaken(tx, p.FullPath) {
 			return invalid("path", "has already been taken")
 		}
+		byPath := tx.Bucket(bktProjectsPath)
 		b := tx.Bucket(bktProjects)
 		id, err := nextID(b)
 		if err != nil {
