@@ -107,12 +107,3 @@ func (r testResp) list(t *testing.T) []map[string]any {
 	}
 	return out
 }
-
-func (r testResp) object(t *testing.T) map[string]any {
-	t.Helper()
-	var out map[string]any
-	if err := json.Unmarshal(r.body, &out); err != nil {
-		t.Fatalf("body is not a JSON object (%v): %s", err, r.body)
-	}
-	return out
-}

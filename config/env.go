@@ -40,16 +40,6 @@ func applyEnv(cfg *Config, environ []string) error {
 	return nil
 }
 
-// EnvNames lists every environment variable registryd reads, for docs and help.
-func EnvNames() []string {
-	cfg := Default()
-	var names []string
-	for n := range envFields(&cfg) {
-		names = append(names, n)
-	}
-	return names
-}
-
 func envFields(cfg *Config) map[string]reflect.Value {
 	out := map[string]reflect.Value{}
 	root := reflect.ValueOf(cfg).Elem()

@@ -12,7 +12,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +19,6 @@ import (
 )
 
 const jarPath = "org/example/lib/1.0/lib-1.0.jar"
-
-func sum(h interface{ Sum([]byte) []byte }) string { return hex.EncodeToString(h.Sum(nil)) }
 
 func digests(b []byte) (md5hex, sha1hex, sha256hex, sha512hex string) {
 	m, s1, s2, s5 := md5.Sum(b), sha1.Sum(b), sha256.Sum256(b), sha512.Sum512(b)
@@ -286,12 +283,7 @@ func TestStreamsWhileFilling(t *testing.T) {
 	up.set(jarPath, fakeFile{body: body, fault: faultHold})
 	uid := e.upstream(up.URL, nil, nil)
 
-	req, _ := http.NewRequest(http.MethodGet, e.base+"/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil)
-	req.Header.Set("Private-Token", rootToken)
-	res, err := e.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := e.startHeld(jarPath)
 	defer res.Body.Close()
 	if res.StatusCode != 200 || res.ContentLength != int64(len(body)) {
 		t.Fatalf("status %d, length %d", res.StatusCode, res.ContentLength)
@@ -323,32 +315,7 @@ func TestConcurrentMisses(t *testing.T) {
 	e.upstream(up.URL, nil, nil)
 
 	const n = 16
-	joined := make(chan struct{}, n)
-	e.srv.onJoin = func() { joined <- struct{}{} }
-	var wg sync.WaitGroup
-	results := make([]resp, n)
-	wg.Add(n)
-	for i := range n {
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest(http.MethodGet, e.base+"/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil)
-			req.Header.Set("Private-Token", rootToken)
-			res, err := e.client.Do(req)
-			if err != nil {
-				results[i] = resp{readErr: err}
-				return
-			}
-			defer res.Body.Close()
-			raw, err := io.ReadAll(res.Body)
-			results[i] = resp{status: res.StatusCode, body: raw, readErr: err}
-		}()
-	}
-	<-up.midBody
-	for range n - 1 {
-		<-joined
-	}
-	up.releaseHeld()
-	wg.Wait()
+	results := e.herd(up, jarPath, n)
 	for i, r := range results {
 		if r.readErr != nil || r.status != 200 || string(r.body) != string(body) {
 			t.Fatalf("request %d: status %d, %d bytes, %v", i, r.status, len(r.body), r.readErr)
@@ -713,16 +680,7 @@ func TestStoreFailureAfterCompleteBody(t *testing.T) {
 	if err != nil || string(got) != string(body) {
 		t.Fatalf("read %d of %d bytes, error %v: the body arrived whole, so must the response", len(got), len(body), err)
 	}
-	e.noBrokenState()
-	if n, _ := e.blobs.Stats(); n != 0 {
-		t.Fatalf("%d blobs after a failed publish", n)
-	}
-	if _, ok := e.entry(uid, "/"+jarPath); ok {
-		t.Fatal("an entry was written")
-	}
-	if got := e.metric("registryd_cache_fill_store_errors_total"); got != 1 {
-		t.Fatalf("fill store errors = %v, want 1", got)
-	}
+	e.expectNothingStored(uid, jarPath)
 }
 
 // TestJoinBetweenCompleteAndPublished holds a fill after its body is

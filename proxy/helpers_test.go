@@ -180,6 +180,56 @@ func (e *env) do(method, path string, body io.Reader, hdr ...string) resp {
 	return resp{status: res.StatusCode, header: res.Header, body: raw, readErr: rerr}
 }
 
+// getNow downloads path from the env's registry as root without waiting
+// for the fill it may have started: for requests made while a fill is held.
+func (e *env) getNow(path string, hdr ...string) resp {
+	e.t.Helper()
+	return e.do(http.MethodGet, "/"+strconv.FormatInt(e.registry, 10)+"/"+path, nil,
+		append([]string{"Private-Token", rootToken}, hdr...)...)
+}
+
+// herd sends n concurrent GETs of a file whose upstream holds its body
+// (faultHold), waits until the first is mid-body and the other n-1 have
+// joined its flight, then releases the upstream and returns every answer.
+func (e *env) herd(up *fakeUpstream, path string, n int) []resp {
+	e.t.Helper()
+	joined := make(chan struct{}, n)
+	e.srv.onJoin = func() { joined <- struct{}{} }
+	defer func() { e.srv.onJoin = nil }()
+	results := make([]resp, n)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		go func() {
+			defer wg.Done()
+			results[i] = e.do(http.MethodGet, "/"+strconv.FormatInt(e.registry, 10)+"/"+path, nil, "Private-Token", rootToken)
+		}()
+	}
+	<-up.midBody
+	for range n - 1 {
+		<-joined
+	}
+	up.releaseHeld()
+	wg.Wait()
+	return results
+}
+
+// expectNothingStored checks what a fill that failed to store leaves: no
+// entry, no blob, no temp file, and one count of the failure.
+func (e *env) expectNothingStored(upstream int64, path string) {
+	e.t.Helper()
+	e.noBrokenState()
+	if n, _ := e.blobs.Stats(); n != 0 {
+		e.t.Fatalf("%d blobs after a failed publish", n)
+	}
+	if _, ok := e.entry(upstream, "/"+path); ok {
+		e.t.Fatal("an entry was written")
+	}
+	if got := e.metric("registryd_cache_fill_store_errors_total"); got != 1 {
+		e.t.Fatalf("fill store errors = %v, want 1", got)
+	}
+}
+
 // get downloads path from the env's registry as root, then waits for the
 // fill it may have started to end: a client holds the whole body (its
 // Content-Length reached) a moment before the fill has published the entry,

@@ -2,9 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -23,15 +20,7 @@ func TestPanicIsA500(t *testing.T) {
 	go func() { first <- e.get(jarPath) }()
 	<-up.midBody
 	e.srv.onJoin = func() { panic("boom: an internal detail") }
-	req, _ := http.NewRequest(http.MethodGet, e.base+"/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil)
-	req.Header.Set("Private-Token", rootToken)
-	res, err := e.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	second := resp{status: res.StatusCode, body: raw}
+	second := e.getNow(jarPath)
 	e.srv.onJoin = nil
 	up.releaseHeld()
 	if r := <-first; r.status != 200 || string(r.body) != string(body) {

@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"io"
-	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 )
 
@@ -76,16 +73,7 @@ func TestSmallBodyStoreFailure(t *testing.T) {
 			r.status, len(r.body), len(body), r.readErr)
 	}
 	e.waitFills()
-	e.noBrokenState()
-	if n, _ := e.blobs.Stats(); n != 0 {
-		t.Fatalf("%d blobs after a failed publish", n)
-	}
-	if _, ok := e.entry(uid, "/"+jarPath); ok {
-		t.Fatal("an entry was written")
-	}
-	if got := e.metric("registryd_cache_fill_store_errors_total"); got != 1 {
-		t.Fatalf("fill store errors = %v, want 1", got)
-	}
+	e.expectNothingStored(uid, jarPath)
 }
 
 func TestSmallBodyHerd(t *testing.T) {
@@ -96,32 +84,7 @@ func TestSmallBodyHerd(t *testing.T) {
 	uid := e.upstream(up.URL, nil, nil)
 
 	const n = 16
-	joined := make(chan struct{}, n)
-	e.srv.onJoin = func() { joined <- struct{}{} }
-	var wg sync.WaitGroup
-	results := make([]resp, n)
-	wg.Add(n)
-	for i := range n {
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest(http.MethodGet, e.base+"/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil)
-			req.Header.Set("Private-Token", rootToken)
-			res, err := e.client.Do(req)
-			if err != nil {
-				results[i] = resp{readErr: err}
-				return
-			}
-			defer res.Body.Close()
-			raw, err := io.ReadAll(res.Body)
-			results[i] = resp{status: res.StatusCode, header: res.Header, body: raw, readErr: err}
-		}()
-	}
-	<-up.midBody
-	for range n - 1 {
-		<-joined
-	}
-	up.releaseHeld()
-	wg.Wait()
+	results := e.herd(up, jarPath, n)
 	for i, r := range results {
 		if r.readErr != nil || r.status != 200 || string(r.body) != string(body) {
 			t.Fatalf("request %d: status %d, %d bytes, %v", i, r.status, len(r.body), r.readErr)
