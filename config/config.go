@@ -122,6 +122,12 @@ type Upstreams struct {
 	FillTimeout time.Duration `yaml:"fill_timeout"`
 	// MaxRedirects is how many redirects an upstream request follows. Default 5.
 	MaxRedirects int `yaml:"max_redirects"`
+	// ChecksumPolicy is what a fill checks of an upstream's checksums, for
+	// every upstream without its own checksum_policy: "verify" (a checksum the
+	// upstream offers in a header or ETag must match the bytes), "require"
+	// (also fetch <file>.sha1 when none is offered, and refuse a file whose
+	// checksum is missing or wrong) or "off" (check none). Default "verify".
+	ChecksumPolicy string `yaml:"checksum_policy"`
 }
 
 // License is the tier registryd behaves as.
@@ -221,6 +227,7 @@ func Default() Config {
 			CheckTimeout:   5 * time.Second,
 			FillTimeout:    30 * time.Minute,
 			MaxRedirects:   5,
+			ChecksumPolicy: "verify",
 		},
 		License:  License{Plan: PlanUltimate},
 		Features: Features{VirtualRegistry: true},
@@ -362,6 +369,12 @@ func (c Config) Validate() error {
 	}
 	if c.Upstreams.MaxRedirects < 0 {
 		add("upstreams.max_redirects must not be negative, got %d", c.Upstreams.MaxRedirects)
+	}
+	// The same values as store.ChecksumVerify, ChecksumRequire and ChecksumOff.
+	switch c.Upstreams.ChecksumPolicy {
+	case "verify", "require", "off":
+	default:
+		add("upstreams.checksum_policy (REGISTRYD_UPSTREAMS_CHECKSUM_POLICY): %q must be verify, require or off", c.Upstreams.ChecksumPolicy)
 	}
 	if c.Root.Token != "" && len(c.Root.Token) < 20 {
 		add("root.token (REGISTRYD_ROOT_TOKEN) must be at least 20 characters")

@@ -63,6 +63,7 @@ func TestDefaults(t *testing.T) {
 		{"admin body limit", cfg.Admin.MaxBodyBytes, 4 * MiB},
 		{"allow local network", cfg.Upstreams.AllowLocalNetwork, false},
 		{"check timeout", cfg.Upstreams.CheckTimeout, 5 * time.Second},
+		{"checksum policy", cfg.Upstreams.ChecksumPolicy, "verify"},
 		{"plan", cfg.License.Plan, PlanUltimate},
 		{"virtual registry", cfg.Features.VirtualRegistry, true},
 		{"root token", cfg.Root.Token, ""},
@@ -91,6 +92,7 @@ admin:
 upstreams:
   allow_local_network: true
   check_timeout: 250ms
+  checksum_policy: require
 license:
   plan: premium
 features:
@@ -113,6 +115,7 @@ log:
 		{"body limit as a plain integer", cfg.Admin.MaxBodyBytes, MiB},
 		{"bool", cfg.Upstreams.AllowLocalNetwork, true},
 		{"short duration", cfg.Upstreams.CheckTimeout, 250 * time.Millisecond},
+		{"checksum policy", cfg.Upstreams.ChecksumPolicy, "require"},
 		{"plan", cfg.License.Plan, PlanPremium},
 		{"feature", cfg.Features.VirtualRegistry, false},
 		{"log level", cfg.Log.Level, "debug"},
@@ -167,6 +170,7 @@ func TestEnvOverrides(t *testing.T) {
 		"REGISTRYD_UPSTREAMS_CHECK_TIMEOUT=1500ms",
 		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK=true",
 		"REGISTRYD_UPSTREAMS_MAX_REDIRECTS=2",
+		"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY=off",
 		"REGISTRYD_LICENSE_PLAN=free",
 		"REGISTRYD_FEATURES_VIRTUAL_REGISTRY=false",
 		"REGISTRYD_ROOT_TOKEN=rdpat-a-token-of-enough-length",
@@ -185,6 +189,7 @@ func TestEnvOverrides(t *testing.T) {
 		{"duration", cfg.Upstreams.CheckTimeout, 1500 * time.Millisecond},
 		{"bool", cfg.Upstreams.AllowLocalNetwork, true},
 		{"int", cfg.Upstreams.MaxRedirects, 2},
+		{"checksum policy", cfg.Upstreams.ChecksumPolicy, "off"},
 		{"plan", cfg.License.Plan, PlanFree},
 		{"feature", cfg.Features.VirtualRegistry, false},
 		{"root token", cfg.Root.Token, "rdpat-a-token-of-enough-length"},
@@ -230,6 +235,7 @@ func TestEnvNamesCoverEverySetting(t *testing.T) {
 		"REGISTRYD_DATA_DIR", "REGISTRYD_PROXY_LISTEN", "REGISTRYD_ADMIN_LISTEN", "REGISTRYD_EXTERNAL_URL",
 		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK", "REGISTRYD_LICENSE_PLAN", "REGISTRYD_FEATURES_VIRTUAL_REGISTRY",
 		"REGISTRYD_ROOT_TOKEN", "REGISTRYD_SECRETS_KEY", "REGISTRYD_ADMIN_MAX_BODY_BYTES", "REGISTRYD_UPSTREAMS_CHECK_TIMEOUT",
+		"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no environment variable %s", want)
@@ -262,6 +268,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	cfg.Proxy.Concurrency = 0
 	cfg.Auth.CacheSize = 0
 	cfg.Upstreams.MaxRedirects = -1
+	cfg.Upstreams.ChecksumPolicy = "strict"
 	cfg.Root.Token = "short"
 	cfg.Secrets.Key = "not-a-key"
 	cfg.Gateway.Secret = "short"
@@ -281,13 +288,14 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		"proxy.concurrency must be at least 1",
 		"auth.cache_size must be at least 1",
 		"upstreams.max_redirects must not be negative",
+		`upstreams.checksum_policy (REGISTRYD_UPSTREAMS_CHECKSUM_POLICY): "strict" must be verify, require or off`,
 		"root.token (REGISTRYD_ROOT_TOKEN) must be at least 20 characters",
 		"secrets.key (REGISTRYD_SECRETS_KEY): must be 32 bytes",
 		"gateway.secret (REGISTRYD_GATEWAY_SECRET) must be at least 32 characters",
 		`log.level (REGISTRYD_LOG_LEVEL): "loud"`,
 		`log.format (REGISTRYD_LOG_FORMAT): "xml"`,
 	)
-	if msg := err.Error(); !strings.HasPrefix(msg, "invalid configuration:\n  - ") || strings.Count(msg, "\n  - ") != 17 {
+	if msg := err.Error(); !strings.HasPrefix(msg, "invalid configuration:\n  - ") || strings.Count(msg, "\n  - ") != 18 {
 		t.Fatalf("message is not one problem per line:\n%s", msg)
 	}
 
@@ -300,6 +308,43 @@ func TestValidateListsEveryProblem(t *testing.T) {
 			t.Fatalf("two kernel-chosen ports are fine: %v", err)
 		}
 	})
+}
+
+func TestChecksumPolicy(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		want    string
+		problem string
+	}{
+		{"default", "", nil, "verify", ""},
+		{"file", "upstreams:\n  checksum_policy: off\n", nil, "off", ""},
+		{"env beats file", "upstreams:\n  checksum_policy: off\n", []string{"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY=require"}, "require", ""},
+		{"explicit verify", "", []string{"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY=verify"}, "verify", ""},
+		{"empty is not the default", "", []string{"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY="}, "", `""`},
+		{"case matters", "", []string{"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY=Require"}, "", `"Require"`},
+		{"unknown", "upstreams:\n  checksum_policy: strict\n", nil, "", `"strict"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.file != "" {
+				path = writeFile(t, tc.file)
+			}
+			cfg, err := Load(path, tc.env)
+			if tc.problem != "" {
+				wantProblems(t, err, "upstreams.checksum_policy (REGISTRYD_UPSTREAMS_CHECKSUM_POLICY): "+tc.problem+" must be verify, require or off")
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Upstreams.ChecksumPolicy != tc.want {
+				t.Fatalf("checksum policy = %q, want %q", cfg.Upstreams.ChecksumPolicy, tc.want)
+			}
+		})
+	}
 }
 
 func TestParseByteSize(t *testing.T) {
