@@ -12,6 +12,31 @@ import (
 // DefaultValidityHours is the default of both cache validity settings.
 const DefaultValidityHours = 24
 
+// The checksum policies of an upstream: what a fill checks of the checksums
+// the upstream offers. An upstream's ChecksumPolicy is one of them, or ""
+// to follow the global default (config upstreams.checksum_policy).
+const (
+	// ChecksumVerify: a checksum the upstream offers (X-Checksum-* header,
+	// Nexus "{SHA1{...}}" ETag) must match the bytes.
+	ChecksumVerify = "verify"
+	// ChecksumRequire: as verify, and without an offered checksum the
+	// upstream's <file>.sha1 is fetched; a file whose checksum is missing or
+	// wrong is refused.
+	ChecksumRequire = "require"
+	// ChecksumOff: offered checksums are not checked.
+	ChecksumOff = "off"
+)
+
+// ValidChecksumPolicy reports whether p is a policy an upstream may carry:
+// one of the three, or "" for the global default.
+func ValidChecksumPolicy(p string) bool {
+	switch p {
+	case "", ChecksumVerify, ChecksumRequire, ChecksumOff:
+		return true
+	}
+	return false
+}
+
 // Upstream is a remote Maven repository of a top-level group. Password is
 // sealed at rest and only ever returned by this package to callers that fetch
 // from the upstream.
@@ -28,6 +53,10 @@ type Upstream struct {
 	PasswordSealed             []byte    `json:"password_sealed,omitempty"`
 	CreatedAt                  time.Time `json:"created_at"`
 	UpdatedAt                  time.Time `json:"updated_at"`
+
+	// ChecksumPolicy overrides the global checksum policy for this upstream
+	// (one of the Checksum* policies); "" follows the global default.
+	ChecksumPolicy string `json:"checksum_policy,omitempty"`
 }
 
 // RegistryUpstream places an upstream at a position of a registry.
@@ -48,6 +77,8 @@ type PositionedUpstream struct {
 // checked against the network policy by the caller.
 type NewUpstream struct {
 	URL, Name, Description, Username, Password string
+	// ChecksumPolicy is one of the Checksum* policies, or "" for the global default.
+	ChecksumPolicy string
 	// nil means the default of 24 hours.
 	CacheValidityHours, MetadataCacheValidityHours *int
 }
@@ -81,6 +112,9 @@ func validUpstream(u Upstream) error {
 	}
 	if (u.Username == "") != (u.Password == "") {
 		v.Add("password", "must be set together with username")
+	}
+	if !ValidChecksumPolicy(u.ChecksumPolicy) {
+		v.Add("checksum_policy", "is invalid")
 	}
 	return v.Err()
 }
@@ -124,7 +158,7 @@ func (s *Store) duplicateTx(tx *bolt.Tx, u Upstream) error {
 func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstream, error) {
 	now := s.clock()
 	u := Upstream{URL: n.URL, Name: n.Name, Description: n.Description, Username: n.Username, Password: n.Password,
-		CacheValidityHours: DefaultValidityHours, MetadataCacheValidityHours: DefaultValidityHours,
+		ChecksumPolicy: n.ChecksumPolicy, CacheValidityHours: DefaultValidityHours, MetadataCacheValidityHours: DefaultValidityHours,
 		CreatedAt: now, UpdatedAt: now}
 	if n.CacheValidityHours != nil {
 		u.CacheValidityHours = *n.CacheValidityHours
@@ -189,6 +223,8 @@ func (s *Store) Upstream(id int64) (Upstream, error) {
 type UpstreamPatch struct {
 	URL, Name, Description, Username, Password     *string
 	CacheValidityHours, MetadataCacheValidityHours *int
+	// ChecksumPolicy sets the override; a pointer to "" clears it.
+	ChecksumPolicy *string
 }
 
 // UpdateUpstream changes an upstream. Changing the url without new
@@ -213,6 +249,7 @@ func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
 		set(&u.URL, p.URL)
 		set(&u.Name, p.Name)
 		set(&u.Description, p.Description)
+		set(&u.ChecksumPolicy, p.ChecksumPolicy)
 		if urlChanged && p.Username == nil && p.Password == nil {
 			u.Username, u.Password = "", ""
 		}
