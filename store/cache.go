@@ -28,6 +28,10 @@ type CacheEntry struct {
 	UpdatedAt      time.Time  `json:"updated_at"`
 	DownloadsCount int64      `json:"downloads_count"`
 	DownloadedAt   *time.Time `json:"downloaded_at,omitempty"`
+	// Invalidated marks the entry stale whatever its validity: the next
+	// request revalidates it (and keeps it when the upstream is down). A
+	// successful revalidation (TouchCacheEntry) or a new fill clears it.
+	Invalidated bool `json:"invalidated,omitempty"`
 }
 
 // Limits of a cache entry.
@@ -74,6 +78,7 @@ func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 		return notFound("Upstream")
 	}
 	e.GroupID = u.GroupID
+	e.Invalidated = false
 	b := tx.Bucket(bktCacheEntries)
 	key := cacheKey(e.UpstreamID, e.RelativePath)
 	var old CacheEntry
@@ -125,7 +130,8 @@ func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok
 	return e, ok, err
 }
 
-// TouchCacheEntry records a successful revalidation at checkedAt.
+// TouchCacheEntry records a successful revalidation at checkedAt; an
+// invalidated entry is valid again.
 func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time) error {
 	return s.update(false, true, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
@@ -135,8 +141,63 @@ func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time)
 			return notFound("Cache entry")
 		}
 		e.CheckedAt = checkedAt.UTC().Truncate(time.Millisecond)
+		e.Invalidated = false
 		return putJSON(b, key, e)
 	})
+}
+
+// InvalidateCacheEntry marks one live entry stale without removing it (Nexus's
+// "invalidate cache"): the next request for it revalidates with the upstream.
+// Its blob, timestamps and download count are unchanged.
+func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, error) {
+	var e CacheEntry
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktCacheEntries)
+		key := cacheKey(upstream, rel)
+		if !getJSON(b, key, &e) {
+			return notFound("Cache entry")
+		}
+		e.Invalidated = true
+		return putJSON(b, key, e)
+	})
+	return e, err
+}
+
+// InvalidateUpstreamCache marks every live entry of the upstream stale, in one
+// transaction, and returns how many there are.
+func (s *Store) InvalidateUpstreamCache(upstream int64) (int, error) {
+	n := 0
+	err := s.update(false, true, func(tx *bolt.Tx) error {
+		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
+			return notFound("Upstream")
+		}
+		b := tx.Bucket(bktCacheEntries)
+		prefix := itob(upstream)
+		var keys [][]byte
+		var entries []CacheEntry
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var e CacheEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			n++
+			if e.Invalidated {
+				continue
+			}
+			e.Invalidated = true
+			keys = append(keys, slices.Clone(k))
+			entries = append(entries, e)
+		}
+		// Written after the scan: a bucket must not change under its cursor.
+		for i, k := range keys {
+			if err := putJSON(b, k, entries[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // DownloadCount is a batch of downloads of one entry.
