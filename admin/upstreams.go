@@ -29,6 +29,10 @@ type assocView struct {
 	Position   int   `json:"position"`
 }
 
+// upstreamView is the spec's Upstream registry in GitLab's field order, plus
+// checksum_policy (registryd's own field, which GitLab clients ignore): the
+// upstream's override of upstreams.checksum_policy, null when it follows the
+// global default.
 type upstreamView struct {
 	ID                         int64        `json:"id"`
 	Name                       string       `json:"name"`
@@ -40,6 +44,7 @@ type upstreamView struct {
 	MetadataCacheValidityHours int          `json:"metadata_cache_validity_hours"`
 	CreatedAt                  jsonTime     `json:"created_at"`
 	UpdatedAt                  jsonTime     `json:"updated_at"`
+	ChecksumPolicy             *string      `json:"checksum_policy"`
 	RegistryUpstream           *assocView   `json:"registry_upstream,omitempty"`
 	RegistryUpstreams          *[]assocView `json:"registry_upstreams,omitempty"`
 }
@@ -49,7 +54,8 @@ func upstreamJSON(u store.Upstream) upstreamView {
 	return upstreamView{ID: u.ID, Name: u.Name, Description: u.Description, GroupID: u.GroupID, URL: u.URL,
 		Username: optString(u.Username), CacheValidityHours: u.CacheValidityHours,
 		MetadataCacheValidityHours: u.MetadataCacheValidityHours,
-		CreatedAt:                  jsonTime(u.CreatedAt), UpdatedAt: jsonTime(u.UpdatedAt)}
+		CreatedAt:                  jsonTime(u.CreatedAt), UpdatedAt: jsonTime(u.UpdatedAt),
+		ChecksumPolicy: optString(u.ChecksumPolicy)}
 }
 
 func positionedJSON(u store.PositionedUpstream) upstreamView {
@@ -65,6 +71,23 @@ func (p *params) credentials() (user, pass *string) {
 		p.fail("username, password provide all or none of parameters")
 	}
 	return user, pass
+}
+
+// checksumPolicy reads the optional checksum_policy: nil when absent; "" for
+// "" or null, which on PATCH clears the override. Whether a string is one of
+// the policies is the store's validation (400 {"message": {"checksum_policy":
+// ["is invalid"]}}); a value that is not a string at all is a parameter error.
+func (p *params) checksumPolicy() *string {
+	v, ok := p.values["checksum_policy"]
+	if !ok {
+		return nil
+	}
+	policy, isString := v.(string)
+	if v != nil && !isString {
+		p.fail("checksum_policy is invalid")
+		return nil
+	}
+	return &policy
 }
 
 // checkURL normalises an upstream url and applies the network policy; a bad
@@ -129,6 +152,7 @@ func (s *Server) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	name, desc := in.str("name"), in.str("description")
 	user, pass := in.credentials()
+	n.ChecksumPolicy = deref(in.checksumPolicy())
 	if err := in.err(); err != nil {
 		return err
 	}
@@ -182,7 +206,8 @@ func (s *Server) getUpstream(w http.ResponseWriter, r *http.Request) error {
 }
 
 // upstreamPatchFields are the optional fields of an upstream PATCH, in the
-// order GitLab names them when none is given.
+// order GitLab names them when none is given. checksum_policy (registryd's
+// own) counts as a field but stays out of the message, which is GitLab's.
 const upstreamPatchFields = "cache_validity_hours, description, metadata_cache_validity_hours, name, password, url, username"
 
 func (s *Server) updateUpstream(w http.ResponseWriter, r *http.Request) error {
@@ -201,8 +226,10 @@ func (s *Server) updateUpstream(w http.ResponseWriter, r *http.Request) error {
 	p.Name = in.str("name")
 	p.URL = in.str("url")
 	p.Username, p.Password = in.credentials()
+	p.ChecksumPolicy = in.checksumPolicy()
 	if p.CacheValidityHours == nil && p.MetadataCacheValidityHours == nil && p.Description == nil &&
-		p.Name == nil && p.URL == nil && p.Username == nil && p.Password == nil && len(in.errs) == 0 {
+		p.Name == nil && p.URL == nil && p.Username == nil && p.Password == nil && p.ChecksumPolicy == nil &&
+		len(in.errs) == 0 {
 		in.fail(upstreamPatchFields + " are missing, at least one parameter must be provided")
 	}
 	if p.Name != nil && *p.Name == "" {
