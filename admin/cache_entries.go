@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"registryd/store"
 )
@@ -13,6 +14,11 @@ func (s *Server) routesCacheEntries() {
 	// client that encodes with the standard alphabet puts "/" in it; the
 	// wildcard takes the rest of the path so such an id still decodes.
 	s.handle(http.MethodDelete, vrBase+"/cache_entries/{id...}", s.deleteCacheEntry)
+	// POST …/cache_entries/*id/invalidate: a ServeMux wildcard that takes the
+	// rest of the path must end the pattern, so the suffix is cut off in the
+	// handler.
+	s.handle(http.MethodPost, vrBase+"/cache_entries/{id...}", s.invalidateCacheEntry)
+	s.handle(http.MethodPost, vrBase+"/upstreams/{id}/cache/invalidate", s.invalidateUpstreamCache)
 }
 
 // cacheEntryView is the spec's Cache entry, in GitLab's field order.
@@ -31,10 +37,13 @@ type cacheEntryView struct {
 	UpdatedAt         jsonTime  `json:"updated_at"`
 	DownloadsCount    int64     `json:"downloads_count"`
 	DownloadedAt      *jsonTime `json:"downloaded_at"`
+	Invalidated       bool      `json:"invalidated,omitempty"`
 }
 
 // cacheEntryJSON renders an entry. Blank digests and a missing ETag are
-// null, as GitLab renders them (md5 is blank under FIPS there).
+// null, as GitLab renders them (md5 is blank under FIPS there). An
+// invalidated entry also carries "invalidated": true (registryd's own field);
+// any other entry has exactly GitLab's fields.
 func cacheEntryJSON(e store.CacheEntry) cacheEntryView {
 	return cacheEntryView{
 		ID:                encodeCacheEntryID(e.UpstreamID, e.RelativePath),
@@ -51,6 +60,7 @@ func cacheEntryJSON(e store.CacheEntry) cacheEntryView {
 		UpdatedAt:         jsonTime(e.UpdatedAt),
 		DownloadsCount:    e.DownloadsCount,
 		DownloadedAt:      optTime(e.DownloadedAt),
+		Invalidated:       e.Invalidated,
 	}
 }
 
@@ -73,28 +83,75 @@ func (s *Server) listCacheEntries(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-// deleteCacheEntry marks one entry for destruction; the collector removes it
-// and its blob later. The entry is invisible from the moment this answers.
-func (s *Server) deleteCacheEntry(w http.ResponseWriter, r *http.Request) error {
+// cacheEntryByID runs the checks of an endpoint addressed by a cache entry
+// id, in GitLab's order: the gate and authentication, the id (400), the
+// entry (404), then access to the group of its upstream.
+func (s *Server) cacheEntryByID(r *http.Request, id string, need access) (store.CacheEntry, error) {
 	p, err := s.vrAuth(r)
 	if err != nil {
-		return err
+		return store.CacheEntry{}, err
 	}
-	upstreamID, rel, err := decodeCacheEntryID(r.PathValue("id"))
+	upstreamID, rel, err := decodeCacheEntryID(id)
 	if err != nil {
-		return paramError("id is invalid")
+		return store.CacheEntry{}, paramError("id is invalid")
 	}
 	e, err := s.st.CacheEntry(upstreamID, rel)
 	if err != nil {
-		return entryNotFound(err)
+		return e, entryNotFound(err)
 	}
-	if err := s.authorizeGroupID(p, e.GroupID, manage); err != nil {
+	return e, s.authorizeGroupID(p, e.GroupID, need)
+}
+
+// deleteCacheEntry marks one entry for destruction; the collector removes it
+// and its blob later. The entry is invisible from the moment this answers.
+func (s *Server) deleteCacheEntry(w http.ResponseWriter, r *http.Request) error {
+	e, err := s.cacheEntryByID(r, r.PathValue("id"), manage)
+	if err != nil {
 		return err
 	}
 	if err := s.st.DeleteCacheEntry(e.UpstreamID, e.RelativePath); err != nil {
 		return entryNotFound(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// invalidateSuffix ends the path of a cache entry invalidation.
+const invalidateSuffix = "/invalidate"
+
+// invalidateCacheEntry marks one entry stale without removing it (Nexus's
+// "invalidate cache"): the next download revalidates it with its upstream,
+// and keeps serving it when the upstream is down. It answers the entry.
+func (s *Server) invalidateCacheEntry(w http.ResponseWriter, r *http.Request) error {
+	id, ok := strings.CutSuffix(r.PathValue("id"), invalidateSuffix)
+	if !ok {
+		// A POST on the entry itself: the route exists for DELETE only.
+		w.Header().Set("Allow", http.MethodDelete)
+		return &httpError{status: http.StatusMethodNotAllowed, body: map[string]any{"error": "405 Not Allowed"}}
+	}
+	e, err := s.cacheEntryByID(r, id, manage)
+	if err != nil {
+		return err
+	}
+	if e, err = s.st.InvalidateCacheEntry(e.UpstreamID, e.RelativePath); err != nil {
+		return entryNotFound(err)
+	}
+	writeJSON(w, http.StatusOK, cacheEntryJSON(e))
+	return nil
+}
+
+// invalidateUpstreamCache marks every entry of an upstream stale without
+// removing any, and answers how many entries that is.
+func (s *Server) invalidateUpstreamCache(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.upstreamByID(r, manage)
+	if err != nil {
+		return err
+	}
+	n, err := s.st.InvalidateUpstreamCache(u.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"invalidated_entries_count": n})
 	return nil
 }
 
