@@ -4,8 +4,55 @@
 // (CheckURL) and when a connection is dialled, and the connection test.
 //
 // Failures are typed: *StatusError (matching ErrNotFound or ErrUnavailable by
-// status) and *NetError (matching ErrUnavailable, ErrTimeout or
-// ErrTooManyRedirects). Credentials never appear in errors or log lines.
+// status), *NetError (matching ErrUnavailable, ErrTimeout or
+// ErrTooManyRedirects) and *AnswerError (matching ErrBadAnswer).
+// Credentials never appear in errors or log lines.
+//
+// # What Get lets through
+//
+// An upstream answer is untrusted input. Get returns a Response only for a
+// 200 or 203 (or a 304 to a conditional Get); every other 2xx, and a 304 to
+// an unconditional Get, is an *AnswerError. The body is the file's bytes:
+// as sent when there is no Content-Encoding (or "identity"), decoded by Get
+// for gzip, x-gzip, deflate and zstd (Response.Encoding says which), and
+// refused (*AnswerError) for any other coding or a list of codings. A .gz or
+// .tgz file served with Content-Encoding gzip is not decoded: the header
+// describes the file there (Apache's habit), not a transfer coding. Checksums
+// the upstream offers in headers are on the Response for the caller to
+// verify against the bytes it reads; two contradictory SHA-1s are an
+// *AnswerError.
+//
+// A body that ends early fails in Body.Read with a *NetError wrapping
+// io.ErrUnexpectedEOF, never a clean io.EOF; a body that does not decode
+// fails with an *AnswerError.
+//
+// # Bodies longer than their Content-Length
+//
+// Go's transport reads exactly Content-Length bytes and never looks further,
+// so extra bytes would go unnoticed (or be taken for the next response on a
+// kept-alive connection). Over plain HTTP/1.x, every connection is wrapped in
+// a byte counter that also finds where each response's body starts (the end
+// of the last header block after the request was written, 1xx blocks
+// skipped). For a Get answer framed by Content-Length (> 0), Body.Read
+// returns an *AnswerError "body longer than its Content-Length" instead of
+// io.EOF when
+//
+//   - bytes past the body's end were read from the socket together with the
+//     body or its headers (the transport reads ahead up to 4 KiB), or
+//   - bytes past the end were already waiting in the kernel's receive buffer
+//     at the moment the read that delivered the body's last byte returned
+//     (a non-blocking MSG_PEEK, on Linux and the BSDs).
+//
+// So it is detected, deterministically, whenever the excess reached the
+// client no later than the body's last byte: the usual shape of a wrong
+// Content-Length or a smuggled second answer, written in one go. Not
+// detected: excess bytes that arrive later, after a pause (Go's transport
+// then logs "Unsolicited response received on idle HTTP channel" and closes
+// the connection); answers with Content-Length 0; chunked or close-delimited
+// bodies, which announce no length; HEAD; and anything over TLS (HTTP/1.1 or
+// HTTP/2), where the counter sees ciphertext: there the offered checksums and
+// the require checksum policy are the defence. A connection on which excess
+// bytes were seen is never reused.
 package upstream
 
 import (
@@ -15,6 +62,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -123,8 +171,16 @@ func New(o Options) *Client {
 	tr := &http.Transport{
 		// No environment proxy: a proxy would be dialled instead of the
 		// upstream, and the address check would judge the wrong host.
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
+		Proxy: nil,
+		// Every connection is wrapped in a countConn, for the check of
+		// bodies longer than their Content-Length (longbody.go).
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newCountConn(conn), nil
+		},
 		TLSClientConfig:       tlsConf,
 		TLSHandshakeTimeout:   o.ConnectTimeout,
 		ResponseHeaderTimeout: o.HeaderTimeout,
@@ -162,15 +218,38 @@ type Endpoint struct {
 	Password string
 }
 
-// Response is a successful upstream answer: 2xx, or 304 to a conditional
-// Get. Body is never nil (http.NoBody for HEAD and 304) and must be closed.
+// Response is a usable upstream answer: for Get a 200 or 203, or a 304 to a
+// conditional Get; for Head any 2xx or 304. Body is never nil (http.NoBody
+// for HEAD and 304) and must be closed.
 type Response struct {
-	Status        int
-	Header        http.Header
-	Body          io.ReadCloser
-	ContentLength int64  // -1 when unknown
+	Status int
+	// Header is the upstream's header. When Get decoded the body, its
+	// Content-Encoding and Content-Length are removed (they described the
+	// bytes on the wire, not Body).
+	Header http.Header
+	Body   io.ReadCloser
+	// ContentLength is the length of Body: the Content-Length as sent, or
+	// -1 when unknown, which includes every decoded body.
+	ContentLength int64
 	ETag          string // the ETag header verbatim, quotes and W/ included; "" if none
 	ContentType   string
+	// Encoding is the content coding Get decoded: "gzip" (also for x-gzip),
+	// "deflate" or "zstd"; "" when Body is the bytes as sent.
+	Encoding string
+
+	// Checksums the upstream offers for the file, lower-case hex; "" when
+	// not offered or malformed (not exactly the right number of hex digits
+	// after trimming spaces). They describe the file, that is the bytes Body
+	// yields: the decoded bytes when Encoding is set. The caller verifies
+	// them; Get only refuses an answer whose two SHA-1s disagree.
+	//
+	// SHA1 is X-Checksum-Sha1 (Maven Central, Artifactory, Nexus), or else a
+	// Nexus ETag "{SHA1{<hex>}}" (quoted, W/ allowed).
+	SHA1 string
+	// MD5 is X-Checksum-Md5.
+	MD5 string
+	// SHA256 is X-Checksum-Sha256 (Artifactory).
+	SHA256 string
 }
 
 // Head sends a HEAD for relPath (revalidation, existence checks). The whole
@@ -196,36 +275,66 @@ func (c *Client) head(ctx context.Context, ep Endpoint, relPath string) (*Respon
 // Get fetches relPath. With a non-empty etag it sends If-None-Match: etag
 // (verbatim, as stored from Response.ETag), and a 304 answer is returned as a
 // Response with Status 304 and an empty body. Only connect, header and
-// body-idle timeouts apply; bound the whole download with ctx. Errors are as
-// for Head; Body.Read errors other than io.EOF are *NetError. A body shorter
-// than its Content-Length fails with io.ErrUnexpectedEOF (wrapped), never a
-// clean io.EOF.
+// body-idle timeouts apply; bound the whole download with ctx.
+//
+// Errors are as for Head, plus *AnswerError (ErrBadAnswer) for an answer that
+// is not a usable copy of the file: a 2xx other than 200 and 203, a 304 to an
+// unconditional Get, a Content-Encoding Get does not decode, contradictory
+// SHA-1 headers. See the package comment for what is decoded.
+//
+// Body.Read errors other than io.EOF are *NetError (transport failures) or
+// *AnswerError (a body longer than its Content-Length, a body that does not
+// decode). A body shorter than its Content-Length fails with
+// io.ErrUnexpectedEOF (wrapped in *NetError), never a clean io.EOF. Decoded
+// output is not bounded here: the caller applies its maximum file size.
 func (c *Client) Get(ctx context.Context, ep Endpoint, relPath, etag string) (*Response, error) {
+	resp, err := c.get(ctx, ep, relPath, etag)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Response, nil
+}
+
+func (c *Client) get(ctx context.Context, ep Endpoint, relPath, etag string) (response, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	resp, err := c.fetch(ctx, http.MethodGet, ep, relPath, etag)
 	if err != nil {
 		cancel()
-		return nil, err
+		return response{}, err
 	}
 	if resp.Status == http.StatusNotModified {
 		resp.Body.Close()
 		resp.Body = http.NoBody
 		cancel()
-		return resp.Response, nil
+		return resp, nil
 	}
-	b := &body{rc: resp.Body, cancel: cancel, idle: c.bodyIdle, target: resp.target}
+	coding, reason := contentCoding(resp.Header, relPath)
+	if reason != "" {
+		drain(resp.Body, resp.check)
+		cancel()
+		return response{}, &AnswerError{Op: http.MethodGet, URL: resp.target, Reason: reason}
+	}
+	b := &body{rc: resp.Body, cancel: cancel, idle: c.bodyIdle, target: resp.target, check: resp.check}
 	if b.idle > 0 {
 		b.timer = time.AfterFunc(time.Hour, b.expire)
 		b.timer.Stop()
 	}
 	resp.Body = b
-	return resp.Response, nil
+	if coding != "" {
+		resp.Body = newDecodeBody(coding, b, resp.target)
+		resp.Encoding = coding
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+	}
+	return resp, nil
 }
 
 // response is a Response plus what Get needs to wrap its body.
 type response struct {
 	*Response
 	target string
+	check  *lengthCheck // nil when the body's length is not checked
 }
 
 // fetch sends one request (following redirects) and sorts the answer.
@@ -250,6 +359,16 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 	}
 	errURL := displayURL(target)
 
+	// The connection the final answer came on (the last one obtained:
+	// redirects and retries get their own), when it is a plain one.
+	var conn atomic.Pointer[countConn]
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			cc, _ := info.Conn.(*countConn)
+			conn.Store(cc)
+		},
+	}))
+
 	start := time.Now()
 	hr, err := c.hc.Do(req)
 	dur := time.Since(start)
@@ -269,8 +388,29 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 		slog.String("path", relPath), slog.Int("status", hr.StatusCode),
 		slog.Duration("dur", dur))
 
+	// Armed before anything reads the body, error pages included, so that a
+	// connection that carried excess bytes is never reused.
+	var check *lengthCheck
+	if method == http.MethodGet {
+		check = armLengthCheck(conn.Load(), hr)
+	}
+
 	code := hr.StatusCode
+	if method == http.MethodGet {
+		if reason := badAnswerStatus(hr, etag != ""); reason != "" {
+			drain(hr.Body, check)
+			return response{}, &AnswerError{Op: method, URL: errURL, Reason: reason}
+		}
+	}
 	if code >= 200 && code < 300 || code == http.StatusNotModified {
+		sha1, md5, sha256, conflict := offeredChecksums(hr.Header)
+		if conflict {
+			if method == http.MethodGet && code != http.StatusNotModified {
+				drain(hr.Body, check)
+				return response{}, &AnswerError{Op: method, URL: errURL, Reason: "X-Checksum-Sha1 and ETag name different SHA-1s"}
+			}
+			sha1 = "" // neither is trusted
+		}
 		return response{
 			Response: &Response{
 				Status:        code,
@@ -279,18 +419,45 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 				ContentLength: hr.ContentLength,
 				ETag:          hr.Header.Get("ETag"),
 				ContentType:   hr.Header.Get("Content-Type"),
+				SHA1:          sha1,
+				MD5:           md5,
+				SHA256:        sha256,
 			},
 			target: errURL,
+			check:  check,
 		}, nil
 	}
-	drain(hr.Body)
+	drain(hr.Body, check)
 	return response{}, &StatusError{Op: method, URL: errURL, Code: code, Status: reasonPhrase(hr)}
 }
 
+// badAnswerStatus is why a GET answer's 2xx or 304 status does not carry a
+// usable copy of the file, or "" when it does (200, 203, and 304 to a
+// conditional GET) or when the status is not 2xx or 304 (a StatusError).
+func badAnswerStatus(hr *http.Response, conditional bool) string {
+	switch code := hr.StatusCode; {
+	case code == http.StatusOK, code == http.StatusNonAuthoritativeInfo:
+		return ""
+	case code == http.StatusNotModified:
+		if conditional {
+			return ""
+		}
+		return "answered 304 Not Modified to a request without If-None-Match"
+	case code == http.StatusPartialContent:
+		return "answered 206 Partial Content to a request without Range"
+	case code >= 200 && code < 300:
+		return "answered " + strconv.Itoa(code) + " " + reasonPhrase(hr)
+	}
+	return ""
+}
+
 // drain reads a little of an unwanted body so the connection can be reused,
-// without letting a large error page hold us up.
-func drain(rc io.ReadCloser) {
-	_, _ = io.CopyN(io.Discard, rc, 4<<10)
+// without letting a large error page hold us up. A body already known to be
+// followed by excess bytes is closed unread, which retires the connection.
+func drain(rc io.ReadCloser, check *lengthCheck) {
+	if check == nil || !check.long.Load() {
+		_, _ = io.CopyN(io.Discard, rc, 4<<10)
+	}
 	rc.Close()
 }
 
@@ -406,15 +573,23 @@ func effectivePort(u *url.URL) string {
 	return "80"
 }
 
-// body wraps a Get body: it turns read errors into *NetError and aborts a
-// read that waits longer than the idle timeout for upstream bytes.
+// body wraps a Get body: it turns read errors into *NetError, aborts a
+// read that waits longer than the idle timeout for upstream bytes, and turns
+// the end of a body followed by excess bytes into an *AnswerError.
 type body struct {
 	rc       io.ReadCloser
 	cancel   context.CancelFunc
 	timer    *time.Timer // nil when the idle timeout is off
 	idle     time.Duration
 	target   string
+	check    *lengthCheck // nil when the length is not checked
 	timedOut atomic.Bool
+}
+
+func (b *body) tooLong() bool { return b.check != nil && b.check.long.Load() }
+
+func (b *body) tooLongErr() error {
+	return &AnswerError{Op: http.MethodGet, URL: b.target, Reason: "body longer than its Content-Length"}
 }
 
 func (b *body) expire() {
@@ -423,6 +598,11 @@ func (b *body) expire() {
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	// Known before the body is read (the excess came with the headers):
+	// fail at once; Close then retires the connection unread.
+	if b.tooLong() {
+		return 0, b.tooLongErr()
+	}
 	// The timer runs only while we wait inside Read: time the caller spends
 	// writing to a slow client is not the upstream's fault.
 	if b.timer != nil {
@@ -431,6 +611,11 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if b.timer != nil {
 		b.timer.Stop()
+	}
+	if err == io.EOF && b.tooLong() {
+		// The verdict is in before the transport reports the end: it is
+		// reached in the connection read that delivered the last byte.
+		return n, b.tooLongErr()
 	}
 	if err == nil || err == io.EOF {
 		return n, err

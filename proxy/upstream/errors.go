@@ -38,10 +38,36 @@ var (
 	// ErrTooManyRedirects: more than MaxRedirects redirects (a loop, usually).
 	// errors.Is(ErrTooManyRedirects, ErrUnavailable) is true.
 	ErrTooManyRedirects error = &kindError{msg: "upstream: too many redirects", parent: ErrUnavailable}
+	// ErrBadAnswer: the upstream answered, but not with a usable copy of the
+	// file (204, an unsolicited 206 or 304, another 2xx, an encoding we do
+	// not decode, a body longer than its Content-Length, a body that does not
+	// decode, contradictory checksum headers, a malformed checksum file).
+	// Never cached; the next upstream is asked or a stale copy served. It is
+	// deliberately neither ErrUnavailable nor ErrNotFound.
+	ErrBadAnswer = errors.New("upstream: unusable answer")
 )
 
+// AnswerError is an upstream answer that must not become a cache entry. It
+// comes from Get (status, encoding, checksum headers), from Body.Read (a body
+// longer than its Content-Length, a body that does not decode) or from
+// GetChecksum. It matches ErrBadAnswer.
+type AnswerError struct {
+	Op  string // HTTP method
+	URL string // request URL without credentials or query
+	// Reason is a short fixed phrase, safe to show a client, e.g. "answered
+	// 204 No Content" or "body longer than its Content-Length". Any part of
+	// it that comes from the upstream (a status or coding name) is reduced
+	// to a short printable token first.
+	Reason string
+}
+
+func (e *AnswerError) Error() string { return "upstream " + e.Op + " " + e.URL + ": " + e.Reason }
+
+func (e *AnswerError) Unwrap() error { return ErrBadAnswer }
+
 // StatusError is an upstream answer with a status the caller has to handle:
-// anything but 2xx and 304. It matches ErrNotFound for 404 and 410, and
+// anything but 2xx and 304 (for Get, a 2xx or 304 that is not usable is an
+// *AnswerError instead). It matches ErrNotFound for 404 and 410, and
 // ErrUnavailable for 5xx and for 3xx that could not be followed (no Location).
 type StatusError struct {
 	Op     string // HTTP method
