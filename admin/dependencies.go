@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"mime"
 	"net/http"
 	"slices"
@@ -11,9 +12,16 @@ import (
 )
 
 func (s *Server) routesDependencies() {
+	ingests := make(chan struct{}, max(1, s.cfg.Admin.MaxSBOMIngests))
 	s.handle(http.MethodGet, "/api/v4/projects/{id}/dependencies", s.listDependencies)
-	s.handle(http.MethodPut, "/api/v4/projects/{id}/dependencies", s.putDependencies)
+	s.handle(http.MethodPut, "/api/v4/projects/{id}/dependencies", func(w http.ResponseWriter, r *http.Request) error {
+		return s.putDependencies(w, r, ingests)
+	})
 }
+
+// sbomRetryAfter is the Retry-After of an SBOM upload refused because
+// admin.max_sbom_ingests others are being read: about what a large one takes.
+const sbomRetryAfter = "5"
 
 // dependencyManagers are the values of the package_manager filter: the
 // spec's fourteen (with maven for pkgfmt) plus GitLab's newer poetry, apk,
@@ -127,8 +135,11 @@ type dependencyUploadView struct {
 }
 
 // putDependencies replaces a project's dependency list with the one a
-// CycloneDX JSON SBOM describes. Maintainers and admins only.
-func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request) error {
+// CycloneDX JSON SBOM describes. Maintainers and admins only. At most
+// cap(ingests) uploads are read and stored at once: one more is answered 429
+// with Retry-After before its body is read, so memory stays bounded
+// (docs/performance.md, "SBOM upload memory").
+func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request, ingests chan struct{}) error {
 	p, err := s.depsAuth(r)
 	if err != nil {
 		return err
@@ -146,7 +157,26 @@ func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request) error {
 		return message(http.StatusUnsupportedMediaType,
 			"415 Unsupported Media Type - send the SBOM as application/vnd.cyclonedx+json or application/json")
 	}
+	limit := s.cfg.Admin.MaxSBOMBytes
+	tooLarge := message(http.StatusRequestEntityTooLarge,
+		"413 Request Entity Too Large - the SBOM is larger than "+limit.String()+" (admin.max_sbom_bytes)")
+	if r.ContentLength > int64(limit) {
+		return tooLarge
+	}
+	select {
+	case ingests <- struct{}{}:
+		defer func() { <-ingests }()
+	default:
+		w.Header().Set("Retry-After", sbomRetryAfter)
+		return message(http.StatusTooManyRequests, "429 Too Many Requests - "+strconv.Itoa(cap(ingests))+
+			" SBOM uploads are being processed; retry after "+sbomRetryAfter+" seconds")
+	}
 	sb, err := parseSBOM(r.Body, sbomOptions{FilePath: r.URL.Query().Get("dependency_file_path")})
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		// The listener's MaxBytesReader stopped the stream at the limit.
+		return tooLarge
+	}
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,14 @@ import (
 	"registryd/store"
 )
 
-// CycloneDX JSON, read as a stream: the top-level object is walked key by
-// key, and components and vulnerabilities are decoded one array element at a
-// time, so a 64 MiB SBOM is never held as text. Only what the dependency list
-// needs is kept.
+// CycloneDX JSON, read as a stream of tokens: the top-level object is walked
+// key by key, and so is every component, nested ones included; only small
+// leaves (a license list, one property, the evidence, one vulnerability) are
+// decoded whole. What the reader keeps of a component is the few strings its
+// dependency list entry is made of, with repeated values (paths, package
+// managers, license lists) shared, so an upload's memory is a fraction of its
+// size however the SBOM is laid out: the decoder buffers one token or one
+// leaf, never a component tree or the dependency graph.
 
 // CycloneDX properties registryd reads. The gitlab: names are GitLab's own
 // (lib/gitlab/ci/parsers/sbom/cyclonedx_properties.rb); the others are what
@@ -30,6 +34,10 @@ const (
 	propSyftLocation   = "syft:location:0:path" // syft
 	propCdxgenSrcFile  = "SrcFile"              // cdxgen
 )
+
+// maxComponentDepth bounds the nesting of components, so a hostile body
+// cannot grow the reader's stack.
+const maxComponentDepth = 256
 
 // supportedSpecVersions are the CycloneDX versions whose JSON this reader
 // knows; older ones name fields differently.
@@ -53,26 +61,10 @@ type cdxLicense struct {
 	Expression string `json:"expression"`
 }
 
-type cdxComponent struct {
-	Type       string        `json:"type"`
-	BOMRef     string        `json:"bom-ref"`
-	Group      string        `json:"group"`
-	Name       string        `json:"name"`
-	Version    string        `json:"version"`
-	PURL       string        `json:"purl"`
-	Licenses   []cdxLicense  `json:"licenses"`
-	Properties []cdxProperty `json:"properties"`
-	Evidence   *struct {
-		Occurrences []struct {
-			Location string `json:"location"`
-		} `json:"occurrences"`
-	} `json:"evidence"`
-	Components []cdxComponent `json:"components"`
-}
-
-type cdxMetadata struct {
-	Tools      json.RawMessage `json:"tools"`
-	Properties []cdxProperty   `json:"properties"`
+type cdxEvidence struct {
+	Occurrences []struct {
+		Location string `json:"location"`
+	} `json:"occurrences"`
 }
 
 type cdxVulnerability struct {
@@ -86,15 +78,6 @@ type cdxVulnerability struct {
 	Affects []struct {
 		Ref string `json:"ref"`
 	} `json:"affects"`
-}
-
-func property(props []cdxProperty, name string) string {
-	for _, p := range props {
-		if p.Name == name && p.Value != "" {
-			return p.Value
-		}
-	}
-	return ""
 }
 
 // sbomOptions are per-upload defaults.
@@ -113,13 +96,45 @@ type sbomResult struct {
 	Skipped int
 }
 
+// compRecord is what the reader keeps of a component: the fields of its
+// entry, and the locations its file path is chosen from once the whole SBOM
+// (metadata, every SrcFile) has been read. The strings other than name,
+// version and bom-ref are interned.
+type compRecord struct {
+	listed                bool
+	name, version, bomRef string
+	pmProp, ptype         string
+	inputFile, syftLoc    string // cleaned
+	srcFile               string // as cdxgen wrote it
+	occurrence            string // cleaned
+	licenses              []store.License
+}
+
+// vulnRecord is a vulnerability of the SBOM, once per key.
+type vulnRecord struct {
+	key, severity, desc string
+}
+
+// affect is one "affects" reference, in SBOM order.
+type affect struct {
+	vuln int32 // index in sbomReader.vulns
+	ref  string
+}
+
 type sbomReader struct {
 	dec                   *json.Decoder
 	format, version       string
 	sawFormat, sawVersion bool
-	meta                  cdxMetadata
-	comps                 []*cdxComponent // flattened, in SBOM order
-	vulns                 []cdxVulnerability
+	metaPM, metaFile      string
+	toolFile              string
+	root                  srcRoot
+	comps                 []compRecord // components, nested ones after their parent, in SBOM order
+	skipped               int
+	vulns                 []vulnRecord
+	vulnIndex             map[string]int32
+	affects               []affect
+	strs                  map[string]string
+	lics                  map[string][]store.License
 	problems              *store.ValidationError
 }
 
@@ -128,7 +143,8 @@ type sbomReader struct {
 // component without a name is a validation error naming its JSON path; a
 // body over the listener's limit surfaces as *http.MaxBytesError (413).
 func parseSBOM(r io.Reader, opts sbomOptions) (*sbomResult, error) {
-	sr := &sbomReader{dec: json.NewDecoder(r), problems: &store.ValidationError{}}
+	sr := &sbomReader{dec: json.NewDecoder(r), problems: &store.ValidationError{},
+		vulnIndex: map[string]int32{}, strs: map[string]string{}, lics: map[string][]store.License{}}
 	if err := sr.read(); err != nil {
 		return nil, err
 	}
@@ -170,11 +186,13 @@ func (sr *sbomReader) read() error {
 				return unsupportedVersion(sr.version)
 			}
 		case "metadata":
-			if err := sr.dec.Decode(&sr.meta); err != nil {
-				return sr.decodeError(err, "metadata")
+			if err := sr.metadata(); err != nil {
+				return err
 			}
 		case "components":
-			if err := sr.array(key, sr.component); err != nil {
+			if err := sr.array(key, func(i int) error {
+				return sr.component("components", i, 1)
+			}); err != nil {
 				return err
 			}
 		case "vulnerabilities":
@@ -213,14 +231,61 @@ func unsupportedVersion(v string) error {
 		strings.Join(supportedSpecVersions, ", "))
 }
 
-func (sr *sbomReader) decodeString(dst *string, key string) error {
+func (sr *sbomReader) decodeString(dst *string, at string) error {
 	if err := sr.dec.Decode(dst); err != nil {
-		return sr.decodeError(err, key)
+		return sr.decodeError(err, at)
 	}
 	return nil
 }
 
-// array calls each for every element of the array that comes next.
+// decodeAt decodes the next value into dst; a problem names at()+key.
+func (sr *sbomReader) decodeAt(dst any, at func() string, key string) error {
+	if err := sr.dec.Decode(dst); err != nil {
+		return sr.decodeError(err, at()+key)
+	}
+	return nil
+}
+
+// intern returns the kept copy of s, so a value repeated on every component
+// (a lockfile path, a package manager) is held once.
+func (sr *sbomReader) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := sr.strs[s]; ok {
+		return v
+	}
+	s = strings.Clone(s) // s may be a slice of a longer string
+	sr.strs[s] = s
+	return s
+}
+
+// internLicenses shares one copy of each distinct license list. The copy's
+// capacity is its length, so appending to it (duplicates merge their
+// licenses) makes a new array.
+func (sr *sbomReader) internLicenses(ls []store.License) []store.License {
+	if len(ls) == 0 {
+		return nil
+	}
+	var k strings.Builder
+	for _, l := range ls {
+		k.WriteString(l.SPDX)
+		k.WriteByte(0)
+		k.WriteString(l.Name)
+		k.WriteByte(0)
+		k.WriteString(l.URL)
+		k.WriteByte(1)
+	}
+	if v, ok := sr.lics[k.String()]; ok {
+		return v
+	}
+	ls = slices.Clip(ls)
+	sr.lics[k.String()] = ls
+	return ls
+}
+
+// array calls each for every element of the top-level array that comes
+// next; anything but an array (or null) is a 400.
 func (sr *sbomReader) array(key string, each func(i int) error) error {
 	tok, err := sr.dec.Token()
 	if err != nil {
@@ -232,6 +297,12 @@ func (sr *sbomReader) array(key string, each func(i int) error) error {
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
 		return badRequest(key + " must be an array")
 	}
+	return sr.elements(each)
+}
+
+// elements calls each for every element of the array whose '[' was read,
+// and reads its ']'.
+func (sr *sbomReader) elements(each func(i int) error) error {
 	for i := 0; sr.dec.More(); i++ {
 		if err := each(i); err != nil {
 			return err
@@ -240,34 +311,210 @@ func (sr *sbomReader) array(key string, each func(i int) error) error {
 			return sr.problems
 		}
 	}
-	_, err = sr.dec.Token()
-	if err != nil {
+	if _, err := sr.dec.Token(); err != nil {
 		return sr.jsonError(err)
 	}
 	return nil
 }
 
-func (sr *sbomReader) component(i int) error {
-	at := "components[" + strconv.Itoa(i) + "]"
-	c := new(cdxComponent)
-	if err := sr.dec.Decode(c); err != nil {
-		return sr.decodeError(err, at)
+// openAt reads the start of the value at at()+key, which must be a want
+// ('{' or '['). null is ok == false with no error; another kind of value is
+// a validation error naming it.
+func (sr *sbomReader) openAt(at func() string, key string, want json.Delim) (ok bool, err error) {
+	tok, err := sr.dec.Token()
+	if err != nil {
+		return false, sr.jsonError(err)
 	}
-	sr.flatten(c, at)
+	if tok == nil {
+		return false, nil
+	}
+	if d, isDelim := tok.(json.Delim); isDelim && d == want {
+		return true, nil
+	}
+	kind := "object"
+	if want == '[' {
+		kind = "array"
+	}
+	sr.problems.Add(at()+key, "must be a JSON "+kind+", not "+tokenKind(tok))
+	return false, sr.problems
+}
+
+// tokenKind names the kind of JSON value a token starts, as
+// json.UnmarshalTypeError does.
+func tokenKind(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '[' {
+			return "array"
+		}
+		return "object"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	}
+	return "number"
+}
+
+// properties reads the properties array at at()+key, calling keep for each
+// one.
+func (sr *sbomReader) properties(at func() string, key string, keep func(p cdxProperty)) error {
+	ok, err := sr.openAt(at, key, '[')
+	if !ok {
+		return err
+	}
+	return sr.elements(func(int) error {
+		var p cdxProperty
+		if err := sr.decodeAt(&p, at, key); err != nil {
+			return err
+		}
+		keep(p)
+		return nil
+	})
+}
+
+// metadata reads the package manager and input file GitLab's analyzers put
+// in metadata.properties and the generator's name in metadata.tools.
+// metadata.component, which may be a tree of its own, is skipped.
+func (sr *sbomReader) metadata() error {
+	ok, err := sr.openAt(func() string { return "metadata" }, "", '{')
+	if !ok {
+		return err
+	}
+	for sr.dec.More() {
+		tok, err := sr.dec.Token()
+		if err != nil {
+			return sr.jsonError(err)
+		}
+		switch key, _ := tok.(string); key {
+		case "tools":
+			var raw json.RawMessage
+			if err := sr.dec.Decode(&raw); err != nil {
+				return sr.jsonError(err)
+			}
+			sr.toolFile = toolDefaultFile(raw)
+		case "properties":
+			var gotPM, gotFile bool
+			err = sr.properties(func() string { return "metadata" }, ".properties", func(p cdxProperty) {
+				switch {
+				case p.Value == "":
+				case p.Name == propPackageManager && !gotPM:
+					sr.metaPM, gotPM = p.Value, true
+				case p.Name == propInputFile && !gotFile:
+					sr.metaFile, gotFile = cleanPath(p.Value), true
+				}
+			})
+		default:
+			err = skipValue(sr.dec)
+			if err != nil {
+				err = sr.jsonError(err)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := sr.dec.Token(); err != nil {
+		return sr.jsonError(err)
+	}
 	return nil
 }
 
-// flatten lists a component and its nested components depth first, the
-// order in which they appear in the SBOM.
-func (sr *sbomReader) flatten(c *cdxComponent, at string) {
-	if c.Name == "" {
-		sr.problems.Add(at+".name", "is missing")
+// component reads the component at at and its nested components, which it
+// lists after itself, depth first: the order in which they appear in the
+// SBOM.
+// Its JSON path is prefix[i], built only when a problem names it.
+func (sr *sbomReader) component(prefix string, i, depth int) error {
+	at := func() string { return prefix + "[" + strconv.Itoa(i) + "]" }
+	if depth > maxComponentDepth {
+		return badRequest("components are nested more than " + strconv.Itoa(maxComponentDepth) + " deep")
 	}
-	sr.comps = append(sr.comps, c)
-	for j := range c.Components {
-		sr.flatten(&c.Components[j], at+".components["+strconv.Itoa(j)+"]")
+	ok, err := sr.openAt(at, "", '{')
+	if err != nil {
+		return err
 	}
-	c.Components = nil
+	slot := len(sr.comps)
+	sr.comps = append(sr.comps, compRecord{})
+	var c compRecord
+	var typ, group, name, purl string
+	for ok && sr.dec.More() {
+		tok, err := sr.dec.Token()
+		if err != nil {
+			return sr.jsonError(err)
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "type":
+			err = sr.decodeAt(&typ, at, ".type")
+		case "bom-ref":
+			err = sr.decodeAt(&c.bomRef, at, ".bom-ref")
+		case "group":
+			err = sr.decodeAt(&group, at, ".group")
+		case "name":
+			err = sr.decodeAt(&name, at, ".name")
+		case "version":
+			err = sr.decodeAt(&c.version, at, ".version")
+		case "purl":
+			err = sr.decodeAt(&purl, at, ".purl")
+		case "licenses":
+			var ls []cdxLicense
+			err = sr.decodeAt(&ls, at, ".licenses")
+			c.licenses = sr.internLicenses(licenses(ls))
+		case "properties":
+			// The first property of a name with a value counts.
+			var got [4]bool
+			err = sr.properties(at, ".properties", func(p cdxProperty) {
+				switch {
+				case p.Value == "":
+				case p.Name == propPackageManager && !got[0]:
+					c.pmProp, got[0] = sr.intern(p.Value), true
+				case p.Name == propInputFile && !got[1]:
+					c.inputFile, got[1] = sr.intern(cleanPath(p.Value)), true
+				case p.Name == propSyftLocation && !got[2]:
+					c.syftLoc, got[2] = sr.intern(cleanPath(p.Value)), true
+				case p.Name == propCdxgenSrcFile && !got[3]:
+					c.srcFile, got[3] = sr.intern(p.Value), true
+				}
+			})
+		case "evidence":
+			var ev *cdxEvidence
+			err = sr.decodeAt(&ev, at, ".evidence")
+			c.occurrence = sr.intern(occurrence(ev))
+		case "components":
+			var isArray bool
+			if isArray, err = sr.openAt(at, ".components", '['); isArray {
+				nested := at() + ".components"
+				err = sr.elements(func(j int) error { return sr.component(nested, j, depth+1) })
+			}
+		default:
+			if err = skipValue(sr.dec); err != nil {
+				err = sr.jsonError(err)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if ok {
+		if _, err := sr.dec.Token(); err != nil { // the closing brace
+			return sr.jsonError(err)
+		}
+	}
+	if name == "" {
+		sr.problems.Add(at()+".name", "is missing")
+	}
+	sr.root.add(c.srcFile)
+	if !slices.Contains(listedComponentTypes, typ) {
+		sr.skipped++
+		return nil
+	}
+	c.listed, c.name, c.ptype = true, name, sr.intern(purlType(purl))
+	if group != "" {
+		// Maven groupId, npm scope: GitLab lists group/name.
+		c.name = group + "/" + name
+	}
+	sr.comps[slot] = c
+	return nil
 }
 
 func (sr *sbomReader) vulnerability(i int) error {
@@ -277,8 +524,25 @@ func (sr *sbomReader) vulnerability(i int) error {
 	}
 	if v.ID == "" && v.BOMRef == "" {
 		sr.problems.Add("vulnerabilities["+strconv.Itoa(i)+"].id", "is missing")
+		return nil
 	}
-	sr.vulns = append(sr.vulns, v)
+	key := firstOf(v.ID, v.BOMRef)
+	sev := severity(v)
+	vi, ok := sr.vulnIndex[key]
+	if !ok {
+		vi = int32(len(sr.vulns))
+		sr.vulnIndex[key] = vi
+		desc := firstOf(v.Description, v.Detail)
+		if len(desc) > store.MaxVulnerabilityDesc {
+			desc = strings.Clone(truncateUTF8(desc, store.MaxVulnerabilityDesc))
+		}
+		sr.vulns = append(sr.vulns, vulnRecord{key: key, severity: sev, desc: desc})
+	} else if moreSevere(sev, sr.vulns[vi].severity) {
+		sr.vulns[vi].severity = sev
+	}
+	for _, a := range v.Affects {
+		sr.affects = append(sr.affects, affect{vuln: vi, ref: bomLinkRef(a.Ref)})
+	}
 	return nil
 }
 
@@ -349,40 +613,47 @@ func skipValue(dec *json.Decoder) error {
 	}
 }
 
+// depKey is what makes two components one dependency list entry.
+type depKey struct{ name, version, pm, file string }
+
 // result turns the components into dependency list entries.
 func (sr *sbomReader) result(opts sbomOptions) (*sbomResult, error) {
-	res := &sbomResult{SpecVersion: sr.version}
-	metaPM := property(sr.meta.Properties, propPackageManager)
-	metaFile := cleanPath(property(sr.meta.Properties, propInputFile))
-	toolFile := toolDefaultFile(sr.meta.Tools)
-	srcRoot := srcFileRoot(sr.comps)
+	res := &sbomResult{SpecVersion: sr.version, Skipped: sr.skipped}
+	root := sr.root.String()
+	optFile := cleanPath(opts.FilePath)
+	relative := map[string]string{} // SrcFile -> path in the repository
 
-	byRef := map[string][]int{} // bom-ref -> index in res.Dependencies
-	seen := map[string]int{}
-	for _, c := range sr.comps {
-		if !slices.Contains(listedComponentTypes, c.Type) {
-			res.Skipped++
+	listed := 0
+	for i := range sr.comps {
+		if sr.comps[i].listed {
+			listed++
+		}
+	}
+	res.Dependencies = make([]store.NewDependency, 0, listed)
+	// bom-ref -> index in res.Dependencies; a bom-ref shared by several
+	// entries has the others in moreByRef. Only needed for vulnerabilities.
+	byRef, moreByRef := map[string]int32{}, map[string][]int32{}
+	seen := map[depKey]int32{}
+	for i := range sr.comps {
+		c := &sr.comps[i]
+		if !c.listed {
 			continue
 		}
-		d := store.NewDependency{Name: c.Name, Version: c.Version, Licenses: licenses(c.Licenses)}
-		if c.Group != "" {
-			// Maven groupId, npm scope: GitLab lists group/name.
-			d.Name = c.Group + "/" + c.Name
+		d := store.NewDependency{Name: c.name, Version: c.version, Licenses: c.licenses}
+		rel := ""
+		if c.srcFile != "" {
+			var ok bool
+			if rel, ok = relative[c.srcFile]; !ok {
+				rel = relativeTo(root, c.srcFile)
+				relative[c.srcFile] = rel
+			}
 		}
-		d.FilePath = firstOf(
-			cleanPath(property(c.Properties, propInputFile)),
-			metaFile,
-			cleanPath(opts.FilePath),
-			cleanPath(property(c.Properties, propSyftLocation)),
-			relativeTo(srcRoot, property(c.Properties, propCdxgenSrcFile)),
-			occurrence(c),
-			toolFile,
-		)
-		d.PackageManager = firstOf(property(c.Properties, propPackageManager), metaPM)
+		d.FilePath = firstOf(c.inputFile, sr.metaFile, optFile, c.syftLoc, rel, c.occurrence, sr.toolFile)
+		d.PackageManager = firstOf(c.pmProp, sr.metaPM)
 		if d.PackageManager == "" {
-			d.PackageManager = derivePackageManager(purlType(c.PURL), d.FilePath)
+			d.PackageManager = derivePackageManager(c.ptype, d.FilePath)
 		}
-		key := d.Name + "\x00" + d.Version + "\x00" + d.PackageManager + "\x00" + d.FilePath
+		key := depKey{d.Name, d.Version, d.PackageManager, d.FilePath}
 		idx, dup := seen[key]
 		if dup {
 			res.Skipped++
@@ -392,48 +663,45 @@ func (sr *sbomReader) result(opts sbomOptions) (*sbomResult, error) {
 				}
 			}
 		} else {
-			idx = len(res.Dependencies)
+			idx = int32(len(res.Dependencies))
 			seen[key] = idx
 			res.Dependencies = append(res.Dependencies, d)
 		}
-		if c.BOMRef != "" {
-			byRef[c.BOMRef] = append(byRef[c.BOMRef], idx)
-		}
-	}
-
-	index := map[string]int{} // vulnerability key -> index in res.Vulnerabilities
-	for _, v := range sr.vulns {
-		key := firstOf(v.ID, v.BOMRef)
-		sev := severity(v)
-		i, ok := index[key]
-		if !ok {
-			i = len(res.Vulnerabilities)
-			index[key] = i
-			desc := firstOf(v.Description, v.Detail)
-			if len(desc) > store.MaxVulnerabilityDesc {
-				desc = truncateUTF8(desc, store.MaxVulnerabilityDesc)
+		if c.bomRef != "" && len(sr.affects) > 0 {
+			if first, ok := byRef[c.bomRef]; !ok {
+				byRef[c.bomRef] = idx
+			} else if first != idx && !slices.Contains(moreByRef[c.bomRef], idx) {
+				moreByRef[c.bomRef] = append(moreByRef[c.bomRef], idx)
 			}
-			res.Vulnerabilities = append(res.Vulnerabilities, store.NewVulnerability{
-				ExternalID: key, Name: key, Severity: sev, Description: desc})
-		} else if moreSevere(sev, res.Vulnerabilities[i].Severity) {
-			res.Vulnerabilities[i].Severity = sev
 		}
-		for _, a := range v.Affects {
-			for _, di := range byRef[bomLinkRef(a.Ref)] {
-				if !slices.Contains(res.Dependencies[di].Vulnerabilities, key) {
-					res.Dependencies[di].Vulnerabilities = append(res.Dependencies[di].Vulnerabilities, key)
-				}
+		*c = compRecord{}
+	}
+	sr.comps, seen = nil, nil
+
+	// Each affects reference, in SBOM order, adds the vulnerability to the
+	// entries it names.
+	used := make([]bool, len(sr.vulns))
+	for _, a := range sr.affects {
+		first, ok := byRef[a.ref]
+		if !ok {
+			continue
+		}
+		key := sr.vulns[a.vuln].key
+		for _, di := range append([]int32{first}, moreByRef[a.ref]...) {
+			d := &res.Dependencies[di]
+			if !slices.Contains(d.Vulnerabilities, key) {
+				d.Vulnerabilities = append(d.Vulnerabilities, key)
+				used[a.vuln] = true
 			}
 		}
 	}
 	// Keep only the vulnerabilities that affect a listed dependency.
-	used := map[string]bool{}
-	for _, d := range res.Dependencies {
-		for _, k := range d.Vulnerabilities {
-			used[k] = true
+	for i, v := range sr.vulns {
+		if used[i] {
+			res.Vulnerabilities = append(res.Vulnerabilities, store.NewVulnerability{
+				ExternalID: v.key, Name: v.key, Severity: v.severity, Description: v.desc})
 		}
 	}
-	res.Vulnerabilities = slices.DeleteFunc(res.Vulnerabilities, func(v store.NewVulnerability) bool { return !used[v.ExternalID] })
 	return res, nil
 }
 
@@ -463,33 +731,37 @@ func cleanPath(p string) string {
 	return strings.TrimLeft(p, "/")
 }
 
-// srcFileRoot is the directory cdxgen scanned, as far as its SrcFile
-// properties tell: they are absolute paths on the scanning machine (or
-// relative to its temp dir), and the longest directory holding all of them
-// is taken as the repository root. One lockfile gives its own directory.
-func srcFileRoot(comps []*cdxComponent) string {
-	var root []string
-	first := true
-	for _, c := range comps {
-		p := property(c.Properties, propCdxgenSrcFile)
-		if p == "" {
-			continue
-		}
-		dir := strings.Split(path.Dir(path.Clean(strings.ReplaceAll(p, `\`, "/"))), "/")
-		if first {
-			root, first = dir, false
-			continue
-		}
-		n := 0
-		for n < len(root) && n < len(dir) && root[n] == dir[n] {
-			n++
-		}
-		root = root[:n]
-	}
-	return strings.Join(root, "/")
+// srcRoot is the directory cdxgen scanned, as far as its SrcFile properties
+// tell: they are absolute paths on the scanning machine (or relative to its
+// temp dir), and the longest directory holding all of them is taken as the
+// repository root. One lockfile gives its own directory. It is built one
+// SrcFile at a time, as components are read.
+type srcRoot struct {
+	dirs []string
+	seen bool
+	last string
 }
 
-// relativeTo makes p relative to root (see srcFileRoot).
+func (r *srcRoot) add(p string) {
+	if p == "" || (r.seen && p == r.last) {
+		return
+	}
+	r.last = p
+	dir := strings.Split(path.Dir(path.Clean(strings.ReplaceAll(p, `\`, "/"))), "/")
+	if !r.seen {
+		r.dirs, r.seen = dir, true
+		return
+	}
+	n := 0
+	for n < len(r.dirs) && n < len(dir) && r.dirs[n] == dir[n] {
+		n++
+	}
+	r.dirs = r.dirs[:n]
+}
+
+func (r *srcRoot) String() string { return strings.Join(r.dirs, "/") }
+
+// relativeTo makes p relative to root (see srcRoot).
 func relativeTo(root, p string) string {
 	if p == "" {
 		return ""
@@ -501,11 +773,11 @@ func relativeTo(root, p string) string {
 	return cleanPath(p)
 }
 
-func occurrence(c *cdxComponent) string {
-	if c.Evidence == nil {
+func occurrence(ev *cdxEvidence) string {
+	if ev == nil {
 		return ""
 	}
-	for _, o := range c.Evidence.Occurrences {
+	for _, o := range ev.Occurrences {
 		if p := cleanPath(o.Location); p != "" {
 			return p
 		}

@@ -355,9 +355,6 @@ func TestParseSBOMVulnerabilities(t *testing.T) {
 }
 
 func TestSrcFileRoot(t *testing.T) {
-	comp := func(src string) *cdxComponent {
-		return &cdxComponent{Properties: []cdxProperty{{Name: propCdxgenSrcFile, Value: src}}}
-	}
 	tests := []struct {
 		name string
 		srcs []string
@@ -371,11 +368,11 @@ func TestSrcFileRoot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var comps []*cdxComponent
+			var r srcRoot
 			for _, s := range tt.srcs {
-				comps = append(comps, comp(s))
+				r.add(s)
 			}
-			root := srcFileRoot(comps)
+			root := r.String()
 			var got []string
 			for _, s := range tt.srcs {
 				got = append(got, relativeTo(root, s))

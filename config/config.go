@@ -93,6 +93,9 @@ type Admin struct {
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
 	// MaxSBOMBytes caps a dependency SBOM upload. Default 64MiB.
 	MaxSBOMBytes ByteSize `yaml:"max_sbom_bytes"`
+	// MaxSBOMIngests is how many SBOM uploads are read and stored at once; one
+	// more is answered 429 with Retry-After before its body is read. Default 2.
+	MaxSBOMIngests int `yaml:"max_sbom_ingests"`
 	// ReadTimeout bounds reading one request. Default 60s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// WriteTimeout bounds writing one response. Default 60s.
@@ -214,11 +217,12 @@ func Default() Config {
 			MaxUploadBytes: 5 * GiB,
 		},
 		Admin: Admin{
-			Listen:       "127.0.0.1:8081",
-			MaxBodyBytes: 4 * MiB,
-			MaxSBOMBytes: 64 * MiB,
-			ReadTimeout:  60 * time.Second,
-			WriteTimeout: 60 * time.Second,
+			Listen:         "127.0.0.1:8081",
+			MaxBodyBytes:   4 * MiB,
+			MaxSBOMBytes:   64 * MiB,
+			MaxSBOMIngests: 2,
+			ReadTimeout:    60 * time.Second,
+			WriteTimeout:   60 * time.Second,
 		},
 		External: External{URL: "http://localhost:8081"},
 		Upstreams: Upstreams{
@@ -360,6 +364,9 @@ func (c Config) Validate() error {
 	}
 	if c.Cache.MemoryBytes < 0 || c.Cache.MemoryMaxFileBytes < 0 {
 		add("cache.memory_bytes and cache.memory_max_file_bytes must not be negative")
+	}
+	if c.Admin.MaxSBOMIngests < 1 {
+		add("admin.max_sbom_ingests must be at least 1, got %d", c.Admin.MaxSBOMIngests)
 	}
 	if c.Proxy.Concurrency < 1 {
 		add("proxy.concurrency must be at least 1, got %d", c.Proxy.Concurrency)

@@ -426,3 +426,16 @@ func TestPlanAtLeast(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxSBOMIngests(t *testing.T) {
+	if got := Default().Admin.MaxSBOMIngests; got != 2 {
+		t.Fatalf("default admin.max_sbom_ingests = %d, want 2", got)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_ADMIN_MAX_SBOM_INGESTS=5"})
+	if err != nil || cfg.Admin.MaxSBOMIngests != 5 {
+		t.Fatalf("from the environment: %d, %v", cfg.Admin.MaxSBOMIngests, err)
+	}
+	cfg = Default()
+	cfg.Admin.MaxSBOMIngests = 0
+	wantProblems(t, cfg.Validate(), "admin.max_sbom_ingests must be at least 1, got 0")
+}
