@@ -56,6 +56,7 @@ func (u *ivUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	sum := sha1.Sum(u.body)
 	w.Header().Set("X-Checksum-Sha1", hex.EncodeToString(sum[:]))
+	w.Header().Set("Content-Type", "application/java-archive")
 	w.Header().Set("Content-Length", strconv.Itoa(len(u.body)))
 	w.Write(u.body)
 }
