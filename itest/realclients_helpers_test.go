@@ -171,31 +171,60 @@ type mavenFixture struct {
 // digests of one file, hex.
 type digests struct{ md5, sha1, sha256, sha512 string }
 
-// buildMavenFixture copies Debian's Maven repository, following the jars'
-// symlinks into /usr/share/java, and writes .md5, .sha1, .sha256 and .sha512
-// next to every file and a maven-metadata.xml (with its own sidecars) in
-// every groupId/artifactId directory.
+// makeMavenFixture copies Debian's Maven repository into root, following
+// the jars' symlinks into /usr/share/java, and writes .md5, .sha1, .sha256
+// and .sha512 next to every file and a maven-metadata.xml (with its own
+// sidecars) in every groupId/artifactId directory.
 //
 // It copies all of it: the project's realClientLibs are three artifacts, but
 // Maven's plugins pull in a closure of hundreds (plexus, maven-shared, asm,
 // ...) that changes with every Debian release, so working it out by parsing
-// POMs would be more fragile than copying ~150 MB once per test run.
-func buildMavenFixture(t *testing.T) *mavenFixture {
-	t.Helper()
-	fx := &mavenFixture{Root: t.TempDir(), Versions: map[string]string{}}
+// POMs would be more fragile than copying a few hundred MB once per test run.
+func makeMavenFixture(root string) (*mavenFixture, error) {
+	fx := &mavenFixture{Root: root, Versions: map[string]string{}}
 	if err := copyTreeFollowingLinks(debianMavenRepo, fx.Root, func(dst string) error {
 		fx.Files++
 		return writeSidecars(dst)
 	}); err != nil {
-		t.Fatalf("building the Maven fixture: %v", err)
+		return nil, fmt.Errorf("building the Maven fixture: %w", err)
 	}
 	if err := writeAllMetadata(fx.Root); err != nil {
-		t.Fatalf("writing maven-metadata.xml: %v", err)
+		return nil, fmt.Errorf("writing maven-metadata.xml: %w", err)
 	}
 	for _, lib := range realClientLibs {
 		fx.Versions[lib.key] = releaseVersion(filepath.Join(fx.Root, lib.group, lib.artifact))
 	}
-	return fx
+	return fx, nil
+}
+
+// sharedFixture is the one Maven fixture of the test binary, built by the
+// first test that needs it.
+var sharedFixture struct {
+	once sync.Once
+	fx   *mavenFixture
+	err  error
+}
+
+// sharedMavenFixture returns the package's Maven fixture, building it on
+// first use. It is shared by every real-client test (building it copies
+// and hashes every file of Debian's repository), so it is READ-ONLY: a test
+// that wants an upstream to serve something else says so to its repoServer
+// (repoServer.Lie), never by writing into fx.Root. It lives beside the
+// registryd binary, in the directory TestMain removes when the run ends.
+func sharedMavenFixture(t *testing.T) *mavenFixture {
+	t.Helper()
+	sharedFixture.once.Do(func() {
+		dir, err := os.MkdirTemp(filepath.Dir(binary), "maven-fixture-")
+		if err != nil {
+			sharedFixture.err = err
+			return
+		}
+		sharedFixture.fx, sharedFixture.err = makeMavenFixture(dir)
+	})
+	if sharedFixture.err != nil {
+		t.Fatal(sharedFixture.err)
+	}
+	return sharedFixture.fx
 }
 
 // copyTreeFollowingLinks copies src to dst; symlinks are replaced by what
@@ -365,30 +394,70 @@ func writeAllMetadata(root string) error {
 type repoRequest struct {
 	Method, Path string
 	Status       int
+	// Lied is set when the answer was a repoLie rather than the file.
+	Lied bool
 }
 
-func (r repoRequest) String() string { return fmt.Sprintf("%s %s %d", r.Method, r.Path, r.Status) }
+func (r repoRequest) String() string {
+	s := fmt.Sprintf("%s %s %d", r.Method, r.Path, r.Status)
+	if r.Lied {
+		s += " (lie)"
+	}
+	return s
+}
 
-// repoServer serves a directory in Maven layout on loopback, like a plain
-// static repository (nginx, Apache): GET and HEAD, Range, Last-Modified, and
-// an ETag (the quoted SHA-1) so a proxy can revalidate. It logs every request.
+// repoServer serves a directory in Maven layout on loopback. Made by
+// serveRepo it is a plain static repository (nginx, Apache): GET and HEAD,
+// Range, Last-Modified, and an ETag (the quoted SHA-1) so a proxy can
+// revalidate. Made by serveCentralRepo it also sends, like Maven Central,
+// Nexus and Artifactory, X-Checksum-Sha1 and X-Checksum-Md5 on every file
+// (from the file's sidecars), which a proxy must check the bytes against.
+// Either kind can be told to lie about chosen paths (Lie). It logs every
+// request.
 type repoServer struct {
 	URL  string
 	root string
 	srv  *http.Server
+	// checksumHeaders: send X-Checksum-Sha1 / X-Checksum-Md5 (Central-like).
+	checksumHeaders bool
 
-	mu  sync.Mutex
-	log []repoRequest
+	mu   sync.Mutex
+	log  []repoRequest
+	lies map[string]repoLie
 }
 
-// serveRepo starts a repoServer for root; it stops when the test ends.
+// repoLie is what a lying repoServer answers for one path instead of the
+// plain truth: Body (when not nil) instead of the file's bytes, and SHA1 /
+// MD5 (when not "") instead of the checksum headers the sidecars give. A
+// corrupted mirror, whose index still names the real file's digests while
+// the bytes it sends are damaged, is Body alone on a Central-like server:
+// the headers keep the real file's checksums.
+type repoLie struct {
+	Body      []byte
+	SHA1, MD5 string
+}
+
+// serveRepo starts a plain static repoServer for root; it stops when the
+// test ends.
 func serveRepo(t *testing.T, root string) *repoServer {
+	t.Helper()
+	return startRepoServer(t, &repoServer{root: root})
+}
+
+// serveCentralRepo starts a repoServer for root that sends checksum headers
+// like Maven Central; it stops when the test ends.
+func serveCentralRepo(t *testing.T, root string) *repoServer {
+	t.Helper()
+	return startRepoServer(t, &repoServer{root: root, checksumHeaders: true})
+}
+
+func startRepoServer(t *testing.T, s *repoServer) *repoServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &repoServer{URL: "http://" + ln.Addr().String(), root: root}
+	s.URL = "http://" + ln.Addr().String()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -400,6 +469,17 @@ func serveRepo(t *testing.T, root string) *repoServer {
 		<-done
 	})
 	return s
+}
+
+// Lie makes the server answer l for the repository path p ("/g/a/v/f.jar")
+// from now on.
+func (s *repoServer) Lie(p string, l repoLie) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lies == nil {
+		s.lies = map[string]repoLie{}
+	}
+	s.lies[p] = l
 }
 
 type repoStatusWriter struct {
@@ -423,16 +503,19 @@ func (w *repoStatusWriter) Write(b []byte) (int, error) {
 
 func (s *repoServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &repoStatusWriter{ResponseWriter: w}
+	p := path.Clean("/" + r.URL.Path)
+	s.mu.Lock()
+	lie, lying := s.lies[p]
+	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.log = append(s.log, repoRequest{Method: r.Method, Path: r.URL.Path, Status: sw.status})
+		s.log = append(s.log, repoRequest{Method: r.Method, Path: r.URL.Path, Status: sw.status, Lied: lying && sw.status == http.StatusOK})
 		s.mu.Unlock()
 	}()
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(sw, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	p := path.Clean("/" + r.URL.Path)
 	full := filepath.Join(s.root, filepath.FromSlash(p))
 	f, err := os.Open(full)
 	if err != nil {
@@ -445,8 +528,27 @@ func (s *repoServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(sw, r)
 		return
 	}
+	h := sw.Header()
 	if sum, err := os.ReadFile(full + ".sha1"); err == nil {
-		sw.Header().Set("ETag", `"`+string(sum)+`"`)
+		h.Set("ETag", `"`+string(sum)+`"`)
+		if s.checksumHeaders {
+			h.Set("X-Checksum-Sha1", string(sum))
+		}
+	}
+	if sum, err := os.ReadFile(full + ".md5"); err == nil && s.checksumHeaders {
+		h.Set("X-Checksum-Md5", string(sum))
+	}
+	if lying {
+		if lie.SHA1 != "" {
+			h.Set("X-Checksum-Sha1", lie.SHA1)
+		}
+		if lie.MD5 != "" {
+			h.Set("X-Checksum-Md5", lie.MD5)
+		}
+		if lie.Body != nil {
+			http.ServeContent(sw, r, fi.Name(), fi.ModTime(), bytes.NewReader(lie.Body))
+			return
+		}
 	}
 	http.ServeContent(sw, r, fi.Name(), fi.ModTime(), f)
 }
@@ -543,10 +645,20 @@ func clientEnv(home string) []string {
 }
 
 // runClient runs a build tool in dir and returns its output; a failure or a
-// hang fails the test with the output's tail. The tool runs in its own
-// process group so a timeout also stops the JVMs it forks.
+// hang fails the test with the output's tail.
 func runClient(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
+	out, err := runClientErr(dir, env, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v (timeout %v)\n%s", name, strings.Join(args, " "), err, toolTimeout, lastLines(out, 150))
+	}
+	return out
+}
+
+// runClientErr runs a build tool in dir and returns its output and how it
+// ended. The tool runs in its own process group so a timeout also stops the
+// JVMs it forks.
+func runClientErr(dir string, env []string, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), toolTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -558,10 +670,7 @@ func runClient(t *testing.T, dir string, env []string, name string, args ...stri
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
-	if err != nil {
-		t.Fatalf("%s %s: %v (timeout %v)\n%s", name, strings.Join(args, " "), err, toolTimeout, lastLines(out.String(), 150))
-	}
-	return out.String()
+	return out.String(), err
 }
 
 // lastLines is the last n lines of s.
@@ -624,6 +733,21 @@ type mavenRepoAccess struct {
 // repository.
 func mavenBuild(t *testing.T, fx *mavenFixture, repo mavenRepoAccess) string {
 	t.Helper()
+	local := filepath.Join(t.TempDir(), "m2-repository")
+	out, err := mavenRun(t, fx, repo, local)
+	if err != nil {
+		t.Fatalf("mvn package: %v (timeout %v)\n%s", err, toolTimeout, lastLines(out, 150))
+	}
+	return local
+}
+
+// mavenRun builds a fresh copy of the Maven test project with
+// `mvn -B -C package` and the local repository local (which may hold what
+// an earlier build left), all requests through a mirror of everything at
+// repo. It returns mvn's output, and an error when mvn failed or did not
+// build, test and package the project.
+func mavenRun(t *testing.T, fx *mavenFixture, repo mavenRepoAccess, local string) (string, error) {
+	t.Helper()
 	project := writeProject(t, fx.Versions, "maven-project", "realclient-src")
 	work := t.TempDir()
 	host, port := deadProxy(t)
@@ -640,17 +764,19 @@ func mavenBuild(t *testing.T, fx *mavenFixture, repo mavenRepoAccess) string {
 	if err := os.WriteFile(globalSettings, []byte("<settings/>\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	local := filepath.Join(work, "m2-repository")
-	out := runClient(t, project, clientEnv(work), "mvn", "-B", "-C", "-Dstyle.color=never",
+	out, err := runClientErr(project, clientEnv(work), "mvn", "-B", "-C", "-Dstyle.color=never",
 		"-s", userSettings, "-gs", globalSettings, "-Dmaven.repo.local="+local, "package")
+	if err != nil {
+		return out, err
+	}
 	if !strings.Contains(out, "BUILD SUCCESS") || !strings.Contains(out, "Tests run: 1, Failures: 0, Errors: 0") {
-		t.Fatalf("mvn did not build and test the project:\n%s", lastLines(out, 80))
+		return out, errors.New("mvn did not build and test the project")
 	}
 	jar := filepath.Join(project, "target", "realclient-1.0.jar")
 	if _, err := os.Stat(jar); err != nil {
-		t.Fatalf("mvn built no jar: %v\n%s", err, lastLines(out, 40))
+		return out, fmt.Errorf("mvn built no jar: %w", err)
 	}
-	return local
+	return out, nil
 }
 
 // --- Gradle ---
@@ -689,4 +815,54 @@ func gradleBuild(t *testing.T, fx *mavenFixture, repo mavenRepoAccess) string {
 		t.Fatalf("gradle ran no tests: %v\n%s", err, lastLines(out, 40))
 	}
 	return userHome
+}
+
+// --- registryd's metrics ---
+
+// refusals is registryd_upstream_refusals_total of one upstream for one
+// reason, read from the admin listener's /metrics; a missing series is 0.
+func refusals(t *testing.T, d *Daemon, upstream int64, reason string) float64 {
+	t.Helper()
+	exposition := d.Do("GET", "/metrics", "", nil).Expect(t, 200).Body
+	v, _ := metricSample(t, exposition, "registryd_upstream_refusals_total",
+		map[string]string{"upstream": strconv.FormatInt(upstream, 10), "reason": reason})
+	return v
+}
+
+// metricSample finds the sample of name whose labels are exactly want, in
+// whatever order the exposition writes them.
+func metricSample(t *testing.T, exposition []byte, name string, want map[string]string) (float64, bool) {
+	t.Helper()
+	for _, line := range strings.Split(string(exposition), "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		got := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			got[k] = strings.Trim(v, `"`)
+		}
+		if len(got) != len(want) {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if got[k] != v {
+				match = false
+			}
+		}
+		if match {
+			f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
 }
