@@ -142,6 +142,7 @@ type upstreamView struct {
 	ep           upstream.Endpoint
 	validity     time.Duration // cache_validity_hours; 0 = never stale
 	metaValidity time.Duration // metadata_cache_validity_hours
+	policy       string        // checksum policy: the upstream's own, else upstreams.checksum_policy
 }
 
 func (r *registryView) upstream(id int64) *upstreamView {
@@ -170,7 +171,12 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 	}
 	v := &registryView{gen: gen, id: id, group: r.GroupID}
 	for _, u := range list {
+		policy := u.ChecksumPolicy
+		if policy == "" {
+			policy = s.cfg.Upstreams.ChecksumPolicy
+		}
 		v.ups = append(v.ups, &upstreamView{
+			policy:       policy,
 			id:           u.ID,
 			label:        strconv.FormatInt(u.ID, 10),
 			ep:           upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password},
@@ -255,9 +261,13 @@ func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, 
 // fresh reports whether v may be served without asking its upstream:
 // within cache_validity_hours of the last check (metadata_cache_validity_hours
 // for maven-metadata.xml; checksum sidecars follow their parent), where 0
-// means never stale. The client's Cache-Control is deliberately not
-// consulted: Maven sends no-cache on every request.
+// means never stale, and not invalidated by an admin. The client's
+// Cache-Control is deliberately not consulted: Maven sends no-cache on every
+// request.
 func (v *entryView) fresh(kind maven.Kind, now time.Time) bool {
+	if v.e.Invalidated {
+		return false
+	}
 	d := v.up.validity
 	if kind == maven.Metadata {
 		d = v.up.metaValidity
@@ -314,13 +324,19 @@ func (s *Server) resolveOnce(ctx *fasthttp.RequestCtx, reg *registryView, p mave
 // revalidate handles a stale entry: one conditional GET (If-None-Match with
 // the stored ETag; unconditional when none was stored) on the entry's own
 // upstream, shared by every request for the same file. 304, or 200 with the
-// same ETag: the entry is touched and served. 200 otherwise: the new body
-// streams and replaces the entry. 404/410: the file is looked up on the
-// other upstreams like a miss. Any other failure (network error, timeout,
-// 5xx, and also 401/403/429 and other non-404 answers): the stale copy is
-// served, because only a definite answer about the file should replace it.
+// same ETag: the entry is touched and served. 200 otherwise: the new body is
+// read whole and verified, then served, and replaces the entry. 404/410:
+// the entry is removed and the file looked up on the other upstreams like a
+// miss. Any other failure (network error, timeout, 5xx, 401/403/429, and an
+// answer the fill refuses: 204, 206, a web page, a checksum mismatch, ...):
+// the stale copy is served, because only a definite, verified answer about
+// the file may replace it.
 func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView, seen uint64) error {
-	f := s.join(v.up, p.EntryRel(), v.e.ETag, seen)
+	if err := s.refusedFor(v.up, p.EntryRel()); err != nil {
+		s.met.staleServed.Inc()
+		return s.serveEntryOrMiss(ctx, reg, p, v)
+	}
+	f := s.join(v.up, p.EntryRel(), v.e.ETag, true, seen)
 	if f == nil {
 		return errLookAgain
 	}
@@ -372,7 +388,11 @@ func (s *Server) fetchMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.
 		if up.id == skip {
 			continue
 		}
-		f := s.join(up, rel, "", seen)
+		if err := s.refusedFor(up, rel); err != nil {
+			failures = append(failures, upstreamFailure{upstream: up.id, err: err})
+			continue
+		}
+		f := s.join(up, rel, "", false, seen)
 		if f == nil {
 			return errLookAgain
 		}

@@ -112,7 +112,13 @@ func (e *missError) answer() *apiError {
 func failureReason(err error) string {
 	var se *upstream.StatusError
 	var ne *upstream.NetError
+	var ae *upstream.AnswerError
+	var re *refusedError
 	switch {
+	case errors.As(err, &re):
+		return re.reason
+	case errors.As(err, &ae):
+		return ae.Reason
 	case errors.As(err, &se):
 		return "answered " + strconv.Itoa(se.Code) + " " + se.Status
 	case errors.As(err, &ne):

@@ -57,7 +57,7 @@ func TestFlightReaderRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := e.srv.join(reg.upstream(uid), jarPath, "", anyGen)
+	f := e.srv.join(reg.upstream(uid), jarPath, "", false, anyGen)
 	<-f.ready
 	if f.kind != flightStreaming {
 		t.Fatalf("flight kind %d", f.kind)

@@ -44,18 +44,21 @@ type flight struct {
 	relSlash string // the entry's relative path, with its leading slash
 	up       *upstreamView
 	etag     string // If-None-Match of a revalidation; "" for a plain GET
+	// reval marks the revalidation of a stored copy: its clients are
+	// answered only once a new body is whole and verified (until then, and
+	// on any failure, the stored copy is the answer), and a 404 or 410
+	// removes the stored entry.
+	reval bool
 
 	ready chan struct{} // closed once kind (and the fields below) are set
 	done  chan struct{} // closed once the flight is over
 
 	// Set before ready is closed; read-only after.
-	kind   flightKind
-	err    error // flightFailed: why
-	size   int64 // Content-Length, -1 when unknown
-	ctype  string
-	upSHA1 string // the upstream's X-Checksum-Sha1, when well-formed
-	upMD5  string
-	file   *os.File // read side of the temp file, for readers (ReadAt)
+	kind  flightKind
+	err   error // flightFailed: why
+	size  int64 // Content-Length, -1 when unknown
+	ctype string
+	file  *os.File // read side of the temp file, for readers (ReadAt)
 	// mem is the whole body of a small file (see memBodyMax), read before
 	// the answer was published; readers send it from here and never touch
 	// the temp file. nil for a streamed body.
@@ -74,6 +77,14 @@ type flight struct {
 	// sent counts the responses that had the whole body before the entry
 	// existed; finish records them as downloads once it does.
 	sent int
+	// hdrSHA1 and hdrMD5 are what the X-Checksum headers of a response say:
+	// the upstream's checksums (checked before the last byte goes out) until
+	// the body is hashed, then its digests. Set before ready, then under mu.
+	hdrSHA1, hdrMD5 string
+	// digested is closed once the body's digests are known, or they never
+	// will be (the flight failed); digestsDone says it was.
+	digested    chan struct{}
+	digestsDone bool
 }
 
 type flightKey struct {
@@ -108,7 +119,7 @@ var errLookAgain = errors.New("the cache changed since the lookup")
 // file. A flight leaves the map only after its entry is committed and the
 // generation bumped, so reading the generation under flightsMu, after
 // finding no flight, cannot miss that. seen == anyGen skips the check.
-func (s *Server) join(up *upstreamView, rel, etag string, seen uint64) *flight {
+func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint64) *flight {
 	s.flightsMu.Lock()
 	if f, ok := s.flights[flightKey{up.id, rel}]; ok {
 		f.refs.Add(1)
@@ -125,8 +136,9 @@ func (s *Server) join(up *upstreamView, rel, etag string, seen uint64) *flight {
 	}
 	relc := strings.Clone(rel)
 	f := &flight{
-		s: s, key: flightKey{up.id, relc}, relSlash: "/" + relc, up: up, etag: etag,
-		ready: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}), size: -1,
+		s: s, key: flightKey{up.id, relc}, relSlash: "/" + relc, up: up, etag: etag, reval: reval,
+		ready: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}),
+		digested: make(chan struct{}), size: -1,
 	}
 	if s.closing {
 		s.flightsMu.Unlock()
@@ -165,6 +177,16 @@ func (f *flight) decide(kind flightKind, err error) {
 	}
 	f.kind, f.err = kind, err
 	close(f.ready)
+}
+
+// decided reports whether the outcome is published (ready is closed).
+func (f *flight) decided() bool {
+	select {
+	case <-f.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 func (f *flight) leave() {
@@ -215,6 +237,7 @@ func (f *flight) finish(entry store.CacheEntry, err error) {
 	f.finished, f.final, f.entry = true, err, entry
 	sent := f.sent
 	w := f.wake
+	f.closeDigestsLocked()
 	f.mu.Unlock()
 	close(w)
 	if err == nil {
@@ -224,6 +247,39 @@ func (f *flight) finish(entry store.CacheEntry, err error) {
 		}
 	}
 	close(f.done)
+}
+
+// setDigests publishes the digests of the whole body for the checksum
+// headers of responses that start from now on.
+func (f *flight) setDigests(d store.Digests) {
+	f.mu.Lock()
+	f.hdrSHA1, f.hdrMD5 = d.SHA1, d.MD5
+	f.closeDigestsLocked()
+	f.mu.Unlock()
+}
+
+func (f *flight) closeDigestsLocked() {
+	if !f.digestsDone {
+		f.digestsDone = true
+		close(f.digested)
+	}
+}
+
+// checksums returns what the X-Checksum headers of a response that starts
+// now say. Once the body is complete they are its digests (waiting for the
+// hashing to end, which follows the body closely); before, the checksums the
+// upstream offered, which the body is checked against before its last byte
+// goes out; "" when it offered none (the one answer without them).
+func (f *flight) checksums() (sha1, md5 string) {
+	f.mu.Lock()
+	complete := f.complete
+	f.mu.Unlock()
+	if complete {
+		<-f.digested
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hdrSHA1, f.hdrMD5
 }
 
 // result waits for the end of a streaming flight and returns its entry.
@@ -259,7 +315,7 @@ var pieceBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b
 const memBodyMax = sendfileMin
 
 // errLongBody is a body that went on past its Content-Length.
-var errLongBody = errors.New("upstream body longer than its Content-Length")
+var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than its Content-Length"}
 
 // fill runs one flight to its end.
 func (s *Server) fill(f *flight) {
@@ -270,7 +326,7 @@ func (s *Server) fill(f *flight) {
 
 	start := time.Now()
 	var temp *pendingTemp
-	if f.etag == "" {
+	if !f.reval {
 		temp = s.prepareTemp()
 	}
 	// Outcomes without a body drop the prepared temp file before the
@@ -283,9 +339,15 @@ func (s *Server) fill(f *flight) {
 	resp, err := s.up.Get(ctx, f.up.ep, f.key.rel, f.etag)
 	if err != nil {
 		s.met.upstream(f.up, outcomeOf(err), start)
-		if errors.Is(err, upstream.ErrNotFound) {
+		switch {
+		case errors.Is(err, upstream.ErrNotFound):
+			if f.reval {
+				s.dropGone(f)
+			}
 			noBody(flightNotFound, nil)
-		} else {
+		case errors.Is(err, upstream.ErrBadAnswer):
+			noBody(flightFailed, s.refuse(f, err))
+		default:
 			noBody(flightFailed, err)
 		}
 		return
@@ -312,15 +374,45 @@ func (s *Server) fill(f *flight) {
 		noBody(flightFailed, errTooLarge)
 		return
 	}
+	exp, err := s.admit(ctx, f, resp)
+	if err != nil {
+		temp.drop()
+		s.failBody(f, err)
+		return
+	}
 	f.size = resp.ContentLength
 	f.ctype = resp.ContentType
 	if f.ctype == "" {
 		f.ctype = maven.ContentType(f.key.rel)
 	}
-	f.upSHA1 = hexHeader(resp.Header.Get("X-Checksum-Sha1"), 40)
-	f.upMD5 = hexHeader(resp.Header.Get("X-Checksum-Md5"), 32)
-	if f.size >= 0 && f.size <= memBodyMax {
-		s.fillSmall(f, resp, temp)
+	f.hdrSHA1, f.hdrMD5 = exp.sha1, exp.md5
+	// A body that is (or may be, when its length is unknown) small is read
+	// whole before anyone is answered; a longer one streams on from what
+	// was read of it.
+	var head []byte
+	if f.size <= memBodyMax {
+		var whole bool
+		head, whole, err = readHead(resp.Body, f.size)
+		if err != nil {
+			temp.drop()
+			s.failBody(f, err)
+			return
+		}
+		if whole {
+			if int64(len(head)) > s.maxFile {
+				temp.drop()
+				s.failBody(f, errTooLarge)
+				return
+			}
+			f.size = int64(len(head))
+			s.fillSmall(f, resp, head, exp, temp)
+			return
+		}
+	}
+	body, err := s.sniff(f, head, resp.Body)
+	if err != nil {
+		temp.drop()
+		s.failBody(f, err)
 		return
 	}
 	w, rf, err := temp.take(s)
@@ -329,90 +421,203 @@ func (s *Server) fill(f *flight) {
 		return
 	}
 	f.file = rf
-	f.decide(flightStreaming, nil)
-	// The requests waiting for this answer were readied onto this P, which
-	// the copy below keeps busy without ever blocking when the upstream is
-	// fast: let them send their headers first.
-	runtime.Gosched()
+	if !f.reval {
+		f.decide(flightStreaming, nil)
+		// The requests waiting for this answer were readied onto this P,
+		// which the copy below keeps busy without ever blocking when the
+		// upstream is fast: let them send their headers first.
+		runtime.Gosched()
+	}
 
-	if err := s.copyBody(f, resp, w); err != nil {
+	if err := s.copyBody(f, body, w); err != nil {
 		w.Abort()
-		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
-		if !errors.Is(err, errShutdown) {
-			s.log.Warn("fill failed; nothing cached", "upstream", f.up.id, "path", f.relSlash,
-				"bytes", w.Size(), "err", err)
-		}
-		f.finish(store.CacheEntry{}, err)
+		s.failBody(f, err)
 		return
 	}
-	// The upstream connection goes back to the pool before the fsync.
+	// The upstream connection goes back to the pool before the hashing
+	// and the fsync.
 	resp.Body.Close()
+	// With checksums to check, the last byte waits for the digests: no
+	// client may hold a complete-looking body that does not match them. A
+	// revalidation answers nothing before its body is verified, the stored
+	// copy being the answer until then. Otherwise the clients finish at
+	// once and the hashing (usually done by now, see store.BlobWriter) ends
+	// behind them.
+	verifyFirst := exp.any() || f.reval
+	var d store.Digests
+	if verifyFirst {
+		d, err = w.Finish()
+		if err == nil {
+			err = exp.check(d)
+		}
+		if err != nil {
+			w.Abort()
+			s.failBody(f, err)
+			return
+		}
+		f.setDigests(d)
+	}
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
 	f.completed()
+	if f.reval {
+		f.decide(flightStreaming, nil)
+	}
+	if !verifyFirst {
+		if d, err = w.Finish(); err == nil {
+			f.setDigests(d)
+		}
+	}
 	if s.onComplete != nil {
 		s.onComplete()
 	}
-
-	d, err := w.Finish()
 	var entry store.CacheEntry
 	if err == nil {
-		entry, err = s.blobs.Publish(s.st, w, d, store.CacheEntry{
-			UpstreamID:   f.up.id,
-			RelativePath: f.relSlash,
-			ContentType:  f.ctype,
-			ETag:         resp.ETag,
-			CheckedAt:    s.now().UTC().Truncate(time.Millisecond),
-		})
+		entry, err = s.publish(f, w, d, resp.ETag)
 	}
 	if err != nil {
 		w.Abort()
-		s.met.storeErrors.Inc()
-		s.log.Error("storing a fill failed; its clients got the whole file, nothing was cached",
-			"upstream", f.up.id, "path", f.relSlash, "bytes", w.Size(), "err", err)
+		s.storeFailed(f, w.Size(), err)
 	}
 	f.finish(entry, err)
 }
 
-// fillSmall runs the rest of a flight whose body is at most memBodyMax: the
-// body is read whole and checked to end cleanly with its announced length
-// before the clients are answered, so they get it complete in one write or,
-// when it breaks, a 200 that ends short with nothing of it (as a streamed
-// body would: the headers promise a length that never comes). The temp file
-// is written, hashed, fsynced and published afterwards, off the clients'
-// path; a failure there is logged and counted, and caches nothing.
-func (s *Server) fillSmall(f *flight, resp *upstream.Response, temp *pendingTemp) {
-	body := make([]byte, f.size)
-	_, err := io.ReadFull(resp.Body, body)
-	switch err {
-	case nil:
-		// The end must come clean too: net/http stops at the
-		// Content-Length, so a longer body cannot slip through here.
-		var one [1]byte
-		if n, rerr := resp.Body.Read(one[:]); n > 0 {
-			err = errLongBody
-		} else if rerr != io.EOF {
-			err = rerr
+// publish makes the verified body of f the cache entry of its upstream and
+// path.
+func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
+	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
+		UpstreamID:   f.up.id,
+		RelativePath: f.relSlash,
+		ContentType:  f.ctype,
+		ETag:         etag,
+		CheckedAt:    s.now().UTC().Truncate(time.Millisecond),
+	})
+}
+
+func (s *Server) storeFailed(f *flight, size int64, err error) {
+	s.met.storeErrors.Inc()
+	s.log.Error("storing a fill failed; its clients got the whole file, nothing was cached",
+		"upstream", f.up.id, "path", f.relSlash, "bytes", size, "err", err)
+}
+
+// failBody ends a flight whose body broke, or was refused, before it was
+// complete. Clients already streaming it end short (the headers promised
+// more), so none holds a complete-looking wrong file. When none was
+// answered yet (a small body, a revalidation), the flight fails like an
+// upstream error: the next upstream is asked, or the stored copy served.
+func (s *Server) failBody(f *flight, err error) {
+	if s.fillCtx.Err() != nil && !refusal(err) {
+		err = errShutdown
+	}
+	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
+	switch {
+	case refusal(err):
+		s.refuse(f, err)
+	case !errors.Is(err, errShutdown):
+		s.log.Warn("fill failed; nothing cached", "upstream", f.up.id, "path", f.relSlash, "err", err)
+	}
+	if !f.decided() {
+		f.decide(flightFailed, err)
+		f.finish(store.CacheEntry{}, nil)
+		return
+	}
+	f.finish(store.CacheEntry{}, err)
+}
+
+// dropGone removes the stale entry of a revalidation that the upstream now
+// answers 404 or 410 for: resolution goes on down the list and stores the
+// file where it is found, which this entry would otherwise shadow on every
+// request.
+func (s *Server) dropGone(f *flight) {
+	switch err := s.st.DeleteCacheEntry(f.up.id, f.relSlash); {
+	case err == nil:
+		s.log.Info("the upstream no longer has a cached file; its entry was removed",
+			"upstream", f.up.id, "path", f.relSlash)
+	case !errors.Is(err, store.ErrNotFound):
+		s.log.Warn("removing an entry its upstream no longer has", "upstream", f.up.id, "path", f.relSlash, "err", err)
+	}
+}
+
+// readHead reads a body that is at most memBodyMax bytes long, or may be:
+// size bytes and a clean end when size is known, else up to memBodyMax+1
+// bytes. whole reports that the body ended cleanly within them; when it did
+// not (a longer body of unknown length), head is the part read, for the
+// rest to stream on from.
+func readHead(r io.Reader, size int64) (head []byte, whole bool, err error) {
+	if size < 0 {
+		head = make([]byte, memBodyMax+1)
+		n, eof, err := readFull(r, head)
+		if err != nil {
+			return nil, false, err
 		}
-	case io.EOF, io.ErrUnexpectedEOF:
-		err = errShortBody
+		return head[:n], eof, nil
+	}
+	head = make([]byte, size)
+	n, eof, err := readFull(r, head)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case int64(n) < size:
+		return nil, false, errShortBody
+	case !eof:
+		// The end must come clean too: a body longer than its
+		// Content-Length is refused by the upstream client here.
+		var one [1]byte
+		switch m, rerr := r.Read(one[:]); {
+		case m > 0:
+			return nil, false, errLongBody
+		case rerr != io.EOF && rerr != nil:
+			return nil, false, rerr
+		case rerr == nil:
+			return nil, false, io.ErrNoProgress
+		}
+	}
+	return head, true, nil
+}
+
+// readFull reads into buf until it is full or the body ends (eof). Unlike
+// io.ReadFull it never turns an early end into an error, nor a reader's own
+// io.ErrUnexpectedEOF (a cut chunked body) into an early end.
+func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			return n, true, nil
+		}
+		if err != nil {
+			return n, false, err
+		}
+	}
+	return n, false, nil
+}
+
+// fillSmall runs the rest of a flight whose body was read whole (see
+// readHead): it is sniffed and checked against the upstream's checksums
+// before any client is answered. A body that is refused fails the flight
+// like an upstream error (the next upstream is asked); a good one goes to
+// every client in one write with its digests. The temp file is written,
+// hashed, fsynced and published afterwards, off the clients' path; a
+// failure there is logged and counted, and caches nothing.
+func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
+	var err error
+	var d store.Digests
+	if maven.LooksLikeHTML(f.key.rel, body[:min(len(body), maven.SniffLen)]) {
+		err = &refusedError{label: refusedHTML, reason: "answered a web page for a file that is not HTML"}
+	}
+	if err == nil {
+		d = smallDigests(body, exp.sha256 != "")
+		err = exp.check(d)
 	}
 	if err != nil {
-		if s.fillCtx.Err() != nil {
-			err = errShutdown
-		}
-		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
-		if !errors.Is(err, errShutdown) {
-			s.log.Warn("fill failed; nothing cached", "upstream", f.up.id, "path", f.relSlash, "err", err)
-		}
-		f.decide(flightStreaming, nil)
 		temp.drop()
-		f.finish(store.CacheEntry{}, err)
+		s.failBody(f, err)
 		return
 	}
 	resp.Body.Close()
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
 	s.met.fetched.Add(float64(len(body)))
 	f.mem, f.written, f.complete = body, f.size, true
+	f.setDigests(d)
 	f.decide(flightStreaming, nil)
 	if s.onComplete != nil {
 		s.onComplete()
@@ -423,27 +628,18 @@ func (s *Server) fillSmall(f *flight, resp *upstream.Response, temp *pendingTemp
 	if err == nil {
 		rf.Close()
 		_, err = w.Write(body)
-		var d store.Digests
 		if err == nil {
 			d, err = w.Finish()
 		}
 		if err == nil {
-			entry, err = s.blobs.Publish(s.st, w, d, store.CacheEntry{
-				UpstreamID:   f.up.id,
-				RelativePath: f.relSlash,
-				ContentType:  f.ctype,
-				ETag:         resp.ETag,
-				CheckedAt:    s.now().UTC().Truncate(time.Millisecond),
-			})
+			entry, err = s.publish(f, w, d, resp.ETag)
 		}
 		if err != nil {
 			w.Abort()
 		}
 	}
 	if err != nil {
-		s.met.storeErrors.Inc()
-		s.log.Error("storing a fill failed; its clients got the whole file, nothing was cached",
-			"upstream", f.up.id, "path", f.relSlash, "bytes", len(body), "err", err)
+		s.storeFailed(f, int64(len(body)), err)
 	}
 	f.finish(entry, err)
 }
@@ -533,12 +729,12 @@ func (s *Server) failBeforeStream(f *flight, err error) {
 
 // copyBody copies the body to the blob writer, publishing progress, and
 // checks that it ended cleanly with the announced length.
-func (s *Server) copyBody(f *flight, resp *upstream.Response, w *store.BlobWriter) error {
+func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
 	for {
-		n, rerr := resp.Body.Read(buf)
+		n, rerr := body.Read(buf)
 		if n > 0 {
 			if w.Size()+int64(n) > s.maxFile {
 				return errTooLarge
@@ -581,21 +777,6 @@ func outcomeOf(err error) string {
 		return outcomeTimeout
 	}
 	return outcomeNetwork
-}
-
-// hexHeader returns v lower-cased if it is n hex digits, else "".
-func hexHeader(v string, n int) string {
-	v = strings.TrimSpace(v)
-	if len(v) != n {
-		return ""
-	}
-	for i := 0; i < n; i++ {
-		c := v[i] | 0x20
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return ""
-		}
-	}
-	return strings.ToLower(v)
 }
 
 // flightReader streams a flight's body to one client from the temp file, as

@@ -26,6 +26,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/proxy/maven"
 	"registryd/proxy/upstream"
 	"registryd/store"
 )
@@ -401,6 +402,7 @@ const (
 	faultReset           // half the body, then a TCP reset
 	faultHold            // half the body, then wait for release
 	faultRedirect        // redirects to itself forever
+	faultLongBody        // Content-Length 100 shorter than the body it sends
 )
 
 type fakeFile struct {
@@ -411,6 +413,9 @@ type fakeFile struct {
 	fault    fault
 	chunked  bool   // no Content-Length
 	checksum string // X-Checksum-Sha1 to send
+	md5      string // X-Checksum-Md5 to send
+	// custom, when set, answers the request instead (after it is counted).
+	custom func(w http.ResponseWriter, r *http.Request)
 }
 
 // fakeUpstream is a Maven repository on loopback that counts requests and
@@ -500,6 +505,9 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		http.NotFound(w, r)
 		return
+	case ff.custom != nil:
+		ff.custom(w, r)
+		return
 	case ff.status != 0:
 		w.WriteHeader(ff.status)
 		fmt.Fprintf(w, "upstream says %d", ff.status)
@@ -515,11 +523,17 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	if ff.etag != "" {
 		w.Header().Set("ETag", ff.etag)
 	}
-	if ff.ctype != "" {
-		w.Header().Set("Content-Type", ff.ctype)
+	// A repository labels files by their extension (net/http would sniff
+	// the test bodies, which are text, as text/plain).
+	if ff.ctype == "" {
+		ff.ctype = maven.ContentType(r.URL.Path)
 	}
+	w.Header().Set("Content-Type", ff.ctype)
 	if ff.checksum != "" {
 		w.Header().Set("X-Checksum-Sha1", ff.checksum)
+	}
+	if ff.md5 != "" {
+		w.Header().Set("X-Checksum-Md5", ff.md5)
 	}
 	half := len(ff.body) / 2
 	switch ff.fault {
@@ -530,6 +544,11 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case faultWrongLen:
 		f.raw(w, "Content-Length: "+strconv.Itoa(len(ff.body)+100), func(bw *bufio.Writer) {
+			bw.Write(ff.body)
+		}, false)
+		return
+	case faultLongBody:
+		f.raw(w, "Content-Length: "+strconv.Itoa(len(ff.body)-100), func(bw *bufio.Writer) {
 			bw.Write(ff.body)
 		}, false)
 		return

@@ -34,6 +34,7 @@ type metrics struct {
 	lookups      *prometheus.CounterVec
 	upstreamReqs *prometheus.CounterVec
 	upstreamDur  *prometheus.HistogramVec
+	refusals     *prometheus.CounterVec
 	served       prometheus.Counter
 	fetched      prometheus.Counter
 	joins        prometheus.Counter
@@ -90,6 +91,12 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Help:    "Time from sending an upstream request to its response headers (or its failure), by upstream id.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 3, 9),
 		}, []string{"upstream"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "refusals_total",
+			Help: "Upstream answers refused as a copy of the file, by upstream id and reason: answer (204, " +
+				"unsolicited 206, other 2xx, an encoding not decoded, a body longer than its Content-Length), " +
+				"content_type, html_body, checksum_mismatch, checksum_missing, checksum_unusable.",
+		}, []string{"upstream", "reason"}),
 		served: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "proxy", Name: "served_bytes_total",
 			Help: "Body bytes sent to download clients, from the cache and from fills.",
@@ -138,7 +145,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	m.staleServed = m.lookups.WithLabelValues("stale_served")
 
 	cs := []prometheus.Collector{
-		m.requests, m.lookups, m.upstreamReqs, m.upstreamDur, m.served, m.fetched, m.joins,
+		m.requests, m.lookups, m.upstreamReqs, m.upstreamDur, m.refusals, m.served, m.fetched, m.joins,
 		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -160,7 +160,8 @@ func (s *Server) serveDigest(ctx *fasthttp.RequestCtx, p maven.Path, e *store.Ca
 }
 
 // serveFlight answers from a fill in progress: the body streams behind the
-// fill with the upstream's Content-Length (or chunked when it sent none).
+// fill with the upstream's Content-Length (or chunked when it sent none),
+// with the checksum headers the flight can vouch for (see checksums).
 // Range is not honoured here (the whole file comes with 200, as RFC 9110
 // allows). A checksum sidecar, and a HEAD whose length the upstream did not
 // announce, wait for the fill to finish and answer from the stored entry.
@@ -188,11 +189,12 @@ func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) 
 	var buf [len(dispositionStart) + maven.MaxSegmentLen + 1]byte
 	h.SetCanonical(hdrDisposition, append(append(append(buf[:0], dispositionStart...), p.File...), '"'))
 	h.SetCanonical(hdrNosniff, valNosniff)
-	if f.upSHA1 != "" {
-		h.SetCanonical(hdrChecksumSHA1, s2b(f.upSHA1))
+	sha1, md5 := f.checksums()
+	if sha1 != "" {
+		h.SetCanonical(hdrChecksumSHA1, s2b(sha1))
 	}
-	if f.upMD5 != "" {
-		h.SetCanonical(hdrChecksumMD5, s2b(f.upMD5))
+	if md5 != "" {
+		h.SetCanonical(hdrChecksumMD5, s2b(md5))
 	}
 	if head {
 		h.SetContentLength(int(f.size))

@@ -78,7 +78,8 @@ type Server struct {
 
 	regs    *lru.Cache[int64, *registryView]
 	entries *lru.Cache[entryKey, *entryView]
-	small   *smallBlobs // nil when disabled
+	refused *lru.Cache[flightKey, refusedMark] // answers refused lately, see refusedFor
+	small   *smallBlobs                        // nil when disabled
 
 	flightsMu sync.Mutex
 	flights   map[flightKey]*flight
@@ -134,6 +135,9 @@ func New(d Deps) (*Server, error) {
 		return nil, err
 	}
 	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
+		return nil, err
+	}
+	if s.refused, err = lru.New[flightKey, refusedMark](refusedCacheSize); err != nil {
 		return nil, err
 	}
 	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {

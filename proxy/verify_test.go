@@ -1,0 +1,396 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"registryd/config"
+	"registryd/store"
+)
+
+// An upstream answer is untrusted input. These tests play a hostile first
+// upstream in front of a good second one, on a miss and on a revalidation,
+// and check what the client got, what the cache holds afterwards, and that
+// a later request gets the right bytes.
+
+// badAnswer is one way an upstream can answer 2xx without the file.
+type badAnswer struct {
+	name string
+	file func(body []byte) fakeFile
+	// streamed: the refusal comes after the headers went out (a large
+	// body whose checksum does not match at its end), so the first client
+	// sees a 200 that ends short rather than the next upstream's file.
+	streamed bool
+	// broken: a transport failure, not a refused answer (not counted as
+	// a refusal).
+	broken bool
+}
+
+func badAnswers(large bool) []badAnswer {
+	custom := func(h func(w http.ResponseWriter, body []byte)) func(body []byte) fakeFile {
+		return func(body []byte) fakeFile {
+			return fakeFile{body: body, custom: func(w http.ResponseWriter, r *http.Request) { h(w, body) }}
+		}
+	}
+	cases := []badAnswer{
+		{name: "204 No Content", file: custom(func(w http.ResponseWriter, _ []byte) {
+			w.WriteHeader(http.StatusNoContent)
+		})},
+		{name: "unsolicited 206", file: custom(func(w http.ResponseWriter, body []byte) {
+			w.Header().Set("Content-Range", "bytes 0-99/"+strconv.Itoa(len(body)))
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusPartialContent)
+			w.Write(body[:100])
+		})},
+		{name: "201 Created", file: custom(func(w http.ResponseWriter, body []byte) {
+			w.WriteHeader(http.StatusCreated)
+			w.Write(body)
+		})},
+		{name: "HTML page as text/html", file: custom(func(w http.ResponseWriter, _ []byte) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Write([]byte("<!DOCTYPE html><html><body>Please log in to the hotel Wi-Fi</body></html>"))
+		})},
+		{name: "HTML page as octet-stream", file: custom(func(w http.ResponseWriter, body []byte) {
+			page := append([]byte("\n<html><head><title>portal</title></head>"), bytes.Repeat([]byte(" "), len(body))...)
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Write(page)
+		})},
+		{name: "text/plain for a jar", file: custom(func(w http.ResponseWriter, body []byte) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Write(body)
+		})},
+		{name: "Content-Encoding br", file: custom(func(w http.ResponseWriter, body []byte) {
+			w.Header().Set("Content-Encoding", "br")
+			w.Write(body)
+		})},
+		{name: "Content-Length shorter than the body", file: func(body []byte) fakeFile {
+			return fakeFile{body: body, fault: faultLongBody}
+		}, streamed: large},
+		{name: "X-Checksum-Sha1 contradicts the body", file: func(body []byte) fakeFile {
+			return fakeFile{body: body, checksum: "0123456789abcdef0123456789abcdef01234567"}
+		}, streamed: large},
+		{name: "X-Checksum-Md5 contradicts the body", file: func(body []byte) fakeFile {
+			return fakeFile{body: body, md5: "0123456789abcdef0123456789abcdef"}
+		}, streamed: large},
+		{name: "Nexus ETag names another SHA-1", file: func(body []byte) fakeFile {
+			return fakeFile{body: body, etag: `"{SHA1{0123456789abcdef0123456789abcdef01234567}}"`}
+		}, streamed: large},
+	}
+	if !large {
+		cases = append(cases,
+			badAnswer{name: "connection reset mid-body", file: func(body []byte) fakeFile {
+				return fakeFile{body: body, fault: faultReset}
+			}, broken: true},
+			badAnswer{name: "Content-Length larger than the body", file: func(body []byte) fakeFile {
+				return fakeFile{body: body, fault: faultWrongLen}
+			}, broken: true},
+		)
+	}
+	return cases
+}
+
+func TestBadAnswersOnAMiss(t *testing.T) {
+	for _, size := range []int{2 << 10, 200 << 10} {
+		large := size > memBodyMax
+		for _, c := range badAnswers(large) {
+			t.Run(strconv.Itoa(size)+"/"+c.name, func(t *testing.T) {
+				e := newEnv(t)
+				bad, good := newFakeUpstream(t), newFakeUpstream(t)
+				body := jarBytes(jarPath, size)
+				bad.set(jarPath, c.file(body))
+				good.set(jarPath, fakeFile{body: body})
+				badID, goodID := e.upstream(bad.URL, nil, nil), e.upstream(good.URL, nil, nil)
+
+				r := e.get(jarPath)
+				if c.streamed {
+					// The body was on its way when it failed its check: the
+					// response must end short, never look complete.
+					if r.status != 200 || r.readErr == nil {
+						t.Fatalf("status %d, read error %v: a refused streamed body must end short", r.status, r.readErr)
+					}
+					e.waitFills()
+					// The retry a client makes goes to the good upstream.
+					r = e.get(jarPath)
+				}
+				r.expect(t, 200).expectBody(t, string(body))
+				_, sha1hex, _, _ := digests(body)
+				if got := r.header.Get("X-Checksum-Sha1"); got != sha1hex && !(large && got == "") {
+					t.Fatalf("X-Checksum-Sha1 %q, want %q", got, sha1hex)
+				}
+				e.waitFills()
+				if _, ok := e.entry(badID, "/"+jarPath); ok {
+					t.Fatal("the refused answer was cached")
+				}
+				ce, ok := e.entry(goodID, "/"+jarPath)
+				if !ok || ce.SHA1 != sha1hex {
+					t.Fatalf("the good upstream's entry: %+v, %v", ce, ok)
+				}
+				want := 1.0
+				if c.broken {
+					want = 0
+				}
+				if n := e.metric("registryd_upstream_refusals_total", "upstream", strconv.FormatInt(badID, 10)); n != want {
+					t.Fatalf("refusals counted: %v, want %v", n, want)
+				}
+				e.noBrokenState()
+
+				calls := bad.total() + good.total()
+				e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+				if bad.total()+good.total() != calls {
+					t.Fatal("the next request was not a hit")
+				}
+			})
+		}
+	}
+}
+
+// TestBadAnswerAloneIs502: with no other upstream, a refused answer is a
+// 502 that names the reason, never a 200 of the wrong bytes.
+func TestBadAnswerAloneIs502(t *testing.T) {
+	e := newEnv(t)
+	up := newFakeUpstream(t)
+	up.set(jarPath, fakeFile{body: []byte("<html>captive</html>"), ctype: "text/html"})
+	uid := e.upstream(up.URL, nil, nil)
+	r := e.get(jarPath).expect(t, 502)
+	r.expectMessage(t, "message",
+		"502 Bad Gateway - Upstream not available: upstream 1: answered text/html (a web page) for a file that is not HTML")
+	e.noBrokenState()
+	if _, ok := e.entry(uid, "/"+jarPath); ok {
+		t.Fatal("the page was cached")
+	}
+}
+
+func TestBadAnswersOnARevalidation(t *testing.T) {
+	for _, size := range []int{2 << 10, 200 << 10} {
+		for _, c := range badAnswers(false) {
+			t.Run(strconv.Itoa(size)+"/"+c.name, func(t *testing.T) {
+				e := newEnv(t)
+				up := newFakeUpstream(t)
+				good := jarBytes(jarPath, size)
+				up.set(jarPath, fakeFile{body: good, etag: `"v1"`})
+				uid := e.upstream(up.URL, hours(1), nil)
+				e.get(jarPath).expect(t, 200).expectBody(t, string(good))
+				e.waitFills()
+				before, ok := e.entry(uid, "/"+jarPath)
+				if !ok {
+					t.Fatal("not cached")
+				}
+
+				// The copy goes stale; the upstream now answers badly with a
+				// changed file.
+				e.clock.Advance(2 * time.Hour)
+				changed := jarBytes("changed/"+jarPath, size)
+				up.set(jarPath, c.file(changed))
+				calls := up.calls(jarPath)
+				r := e.get(jarPath)
+				r.expect(t, 200).expectBody(t, string(good))
+				if up.calls(jarPath) != calls+1 {
+					t.Fatal("the stale copy was not revalidated")
+				}
+				_, sha1hex, _, _ := digests(good)
+				if r.header.Get("X-Checksum-Sha1") != sha1hex {
+					t.Fatalf("X-Checksum-Sha1 %q, want the stored copy's %q", r.header.Get("X-Checksum-Sha1"), sha1hex)
+				}
+				e.waitFills()
+				after, ok := e.entry(uid, "/"+jarPath)
+				if !ok || after.SHA256 != before.SHA256 {
+					t.Fatalf("the good copy was replaced or removed: %+v, %v", after, ok)
+				}
+				if n := e.metric("registryd_cache_lookups_total", "result", "stale_served"); n != 1 {
+					t.Fatalf("stale_served %v, want 1", n)
+				}
+				e.noBrokenState()
+
+				// Repaired: the next revalidation takes the new file.
+				e.clock.Advance(2 * time.Minute) // past the refusal memory
+				up.set(jarPath, fakeFile{body: changed, etag: `"v2"`})
+				e.get(jarPath).expect(t, 200).expectBody(t, string(changed))
+				e.waitFills()
+				if ce, _ := e.entry(uid, "/"+jarPath); ce.SHA1 == sha1hex {
+					t.Fatal("the repaired upstream's new file did not replace the stored copy")
+				}
+			})
+		}
+	}
+}
+
+// TestGzipEncodingIsDecoded: an upstream that sends Content-Encoding: gzip
+// although registryd asked for identity gets its body decoded; the cache
+// holds (and the checksums describe) the file, not the gzip.
+func TestGzipEncodingIsDecoded(t *testing.T) {
+	for _, size := range []int{2 << 10, 200 << 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			e := newEnv(t)
+			up := newFakeUpstream(t)
+			body := jarBytes(jarPath, size)
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zw.Write(body)
+			zw.Close()
+			_, sha1hex, _, _ := digests(body)
+			up.set(jarPath, fakeFile{body: body, custom: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Encoding", "gzip")
+				w.Header().Set("Content-Length", strconv.Itoa(gz.Len()))
+				w.Header().Set("X-Checksum-Sha1", sha1hex) // of the file, as Maven Central's are
+				w.Write(gz.Bytes())
+			}})
+			uid := e.upstream(up.URL, nil, nil)
+			r := e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+			if r.header.Get("Content-Encoding") != "" {
+				t.Fatalf("Content-Encoding %q passed on", r.header.Get("Content-Encoding"))
+			}
+			e.waitFills()
+			ce, ok := e.entry(uid, "/"+jarPath)
+			if !ok || ce.SHA1 != sha1hex || ce.Size != int64(size) {
+				t.Fatalf("entry %+v, %v: want the decoded file", ce, ok)
+			}
+			e.get(jarPath+".sha1").expect(t, 200).expectBody(t, sha1hex)
+		})
+	}
+}
+
+// TestGoneUpstreamEntryIsDropped: a stale entry whose upstream now says 404
+// is removed, and the file is stored from the next upstream, so the next
+// request is a hit again.
+func TestGoneUpstreamEntryIsDropped(t *testing.T) {
+	for _, status := range []int{404, 410} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			e := newEnv(t)
+			first, second := newFakeUpstream(t), newFakeUpstream(t)
+			body := jarBytes(jarPath, 4<<10)
+			first.set(jarPath, fakeFile{body: body, etag: `"a"`})
+			second.set(jarPath, fakeFile{body: body})
+			firstID := e.upstream(first.URL, hours(1), nil)
+			secondID := e.upstream(second.URL, hours(1), nil)
+			e.get(jarPath).expect(t, 200)
+			e.waitFills()
+
+			e.clock.Advance(2 * time.Hour)
+			first.set(jarPath, fakeFile{status: status})
+			e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+			e.waitFills()
+			if _, ok := e.entry(firstID, "/"+jarPath); ok {
+				t.Fatal("the entry its upstream no longer has is still there")
+			}
+			if _, ok := e.entry(secondID, "/"+jarPath); !ok {
+				t.Fatal("the file was not stored from the next upstream")
+			}
+			calls := first.total() + second.total()
+			e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+			if first.total()+second.total() != calls {
+				t.Fatal("the next request asked an upstream: not a hit")
+			}
+		})
+	}
+}
+
+// TestChecksumHeadersOnEveryDownload: x-checksum-sha1 and x-checksum-md5 on
+// a small miss (computed before the answer), on a streamed miss whose
+// upstream offered them (verified before the last byte), on a hit; only a
+// streamed miss whose upstream offers none goes without.
+func TestChecksumHeadersOnEveryDownload(t *testing.T) {
+	small := jarBytes(jarPath, 2<<10)
+	large := jarBytes(jarPath, 200<<10)
+	md5s, sha1s, _, _ := digests(small)
+	md5l, sha1l, _, _ := digests(large)
+	cases := []struct {
+		name              string
+		file              fakeFile
+		wantSHA1, wantMD5 string
+	}{
+		{"small, upstream offers nothing", fakeFile{body: small}, sha1s, md5s},
+		{"large, upstream offers both", fakeFile{body: large, checksum: sha1l, md5: md5l}, sha1l, md5l},
+		{"large, upstream offers SHA-1 only", fakeFile{body: large, checksum: sha1l}, sha1l, ""},
+		{"large, upstream offers nothing", fakeFile{body: large}, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			up := newFakeUpstream(t)
+			up.set(jarPath, c.file)
+			e.upstream(up.URL, nil, nil)
+			r := e.get(jarPath).expect(t, 200).expectBody(t, string(c.file.body))
+			if r.header.Get("X-Checksum-Sha1") != c.wantSHA1 || r.header.Get("X-Checksum-Md5") != c.wantMD5 {
+				t.Fatalf("miss: sha1 %q md5 %q, want %q %q", r.header.Get("X-Checksum-Sha1"),
+					r.header.Get("X-Checksum-Md5"), c.wantSHA1, c.wantMD5)
+			}
+			e.waitFills()
+			md5hex, sha1hex, _, _ := digests(c.file.body)
+			r = e.get(jarPath).expect(t, 200)
+			if r.header.Get("X-Checksum-Sha1") != sha1hex || r.header.Get("X-Checksum-Md5") != md5hex {
+				t.Fatalf("hit: sha1 %q md5 %q", r.header.Get("X-Checksum-Sha1"), r.header.Get("X-Checksum-Md5"))
+			}
+		})
+	}
+}
+
+func (e *env) upstreamWithPolicy(url, policy string) int64 {
+	e.t.Helper()
+	u, err := e.st.CreateUpstream(e.registry, store.NewUpstream{URL: url, Name: url, ChecksumPolicy: policy})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return u.ID
+}
+
+func TestChecksumPolicies(t *testing.T) {
+	body := jarBytes(jarPath, 200<<10)
+	_, sha1hex, _, _ := digests(body)
+	wrong := "0123456789abcdef0123456789abcdef01234567"
+	cases := []struct {
+		name, global, policy string
+		file                 fakeFile
+		sidecar              *fakeFile // the upstream's .sha1, when it has one
+		wantCached           bool
+	}{
+		{name: "require, sidecar matches", policy: "require", file: fakeFile{body: body},
+			sidecar: &fakeFile{body: []byte(sha1hex + "  lib-1.0.jar\n")}, wantCached: true},
+		{name: "require, header offered", policy: "require", file: fakeFile{body: body, checksum: sha1hex}, wantCached: true},
+		{name: "require, no checksum at all", policy: "require", file: fakeFile{body: body}},
+		{name: "require, sidecar wrong", policy: "require", file: fakeFile{body: body},
+			sidecar: &fakeFile{body: []byte(wrong)}},
+		{name: "require, sidecar malformed", policy: "require", file: fakeFile{body: body},
+			sidecar: &fakeFile{body: []byte("<html>nope</html>")}},
+		{name: "require from the global default", global: "require", file: fakeFile{body: body}},
+		{name: "off ignores a wrong header", policy: "off", file: fakeFile{body: body, checksum: wrong}, wantCached: true},
+		{name: "global off, upstream verify", global: "off", policy: "verify",
+			file: fakeFile{body: body, checksum: wrong}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, func(cfg *config.Config) {
+				if c.global != "" {
+					cfg.Upstreams.ChecksumPolicy = c.global
+				}
+			})
+			up := newFakeUpstream(t)
+			up.set(jarPath, c.file)
+			if c.sidecar != nil {
+				up.set(jarPath+".sha1", *c.sidecar)
+			}
+			uid := e.upstreamWithPolicy(up.URL, c.policy)
+			r := e.get(jarPath)
+			e.waitFills()
+			_, cached := e.entry(uid, "/"+jarPath)
+			if cached != c.wantCached {
+				t.Fatalf("cached %v, want %v (status %d)", cached, c.wantCached, r.status)
+			}
+			if c.wantCached {
+				r.expect(t, 200).expectBody(t, string(body))
+				return
+			}
+			// Refused before or at the end of the body: never a whole 200.
+			if r.status == 200 && r.readErr == nil {
+				t.Fatal("a refused file was answered as a complete 200")
+			}
+			if e.metric("registryd_upstream_refusals_total", "upstream", strconv.FormatInt(uid, 10)) != 1 {
+				t.Fatal("the refusal was not counted")
+			}
+			e.noBrokenState()
+		})
+	}
+}
