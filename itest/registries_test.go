@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// registryKeys and upstreamKeys are GitLab's field orders.
+// registryKeys and upstreamKeys are GitLab's field orders (checksum_policy,
+// registryd's own, comes last).
 var (
 	registryKeys = []string{"id", "name", "description", "group_id", "created_at", "updated_at"}
 	upstreamKeys = []string{"id", "name", "description", "group_id", "url", "username", "cache_validity_hours",
-		"metadata_cache_validity_hours", "created_at", "updated_at"}
+		"metadata_cache_validity_hours", "created_at", "updated_at", "checksum_policy"}
 )
 
 func TestRegistryAnswers(t *testing.T) {
