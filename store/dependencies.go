@@ -2,8 +2,11 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -129,7 +132,7 @@ func validateUpload(deps []NewDependency, vulns []NewVulnerability) error {
 		tooLong(v, at+"name", d.Name, MaxDependencyName)
 		tooLong(v, at+"version", d.Version, MaxDependencyVersion)
 		tooLong(v, at+"package_manager", d.PackageManager, MaxPackageManager)
-		if bytes.IndexByte([]byte(d.PackageManager), 0) >= 0 {
+		if strings.IndexByte(d.PackageManager, 0) >= 0 {
 			v.Add(at+"package_manager", "is invalid")
 		}
 		tooLong(v, at+"dependency_file_path", d.FilePath, MaxDependencyPath)
@@ -150,13 +153,223 @@ func validateUpload(deps []NewDependency, vulns []NewVulnerability) error {
 	return v.Err()
 }
 
-// depPMKey is project id + package manager + 0 + position.
-func depPMKey(project int64, pm string, pos int64) []byte {
+// How a project's list is stored (storedDepList.Layout).
+const (
+	// depLayoutJSON is the form before schema 2: bktDependencies holds one
+	// JSON Dependency per position (project id + position), bktDepsByPM one
+	// key per entry (project id + package manager + 0 + position -> nil).
+	// It is still read; the next upload of the project rewrites it.
+	depLayoutJSON = 0
+	// depLayoutChunks: bktDependencies holds depsPerChunk entries per key
+	// (project id + chunk number from 0), in the binary form of
+	// depEncoder; bktDepsByPM holds runs of up to posPerIndexChunk
+	// positions per key (project id + package manager + 0 + run number from
+	// 0 -> uvarint deltas, the first from 0).
+	depLayoutChunks = 2
+)
+
+const (
+	// depsPerChunk entries share one key: a dense 50 MiB SBOM is 1,300 keys
+	// instead of 83,000, so bbolt's per-key costs (a 64-byte inode in memory
+	// while the transaction runs, a 16-byte page element and the key on
+	// disk) almost vanish, and strings repeated inside a chunk (package
+	// manager, lockfile path, licenses, versions) are written once. A page
+	// of the API reads one or two chunks.
+	depsPerChunk = 64
+	// posPerIndexChunk positions of one package manager share one index key.
+	posPerIndexChunk = 1024
+	// depChunkTag starts every chunk; a JSON record starts with '{'.
+	depChunkTag = 0x02
+)
+
+// storedDepList is the summary record of a list: the API's DependencyList
+// and how the list is stored.
+type storedDepList struct {
+	DependencyList
+	Layout int `json:"layout,omitempty"`
+}
+
+// depEncoder writes chunks of entries. An entry is its name (uvarint length
+// + bytes) and then shared strings: version, package manager, file path, the
+// number of licenses and per license SPDX id, name and URL, the number of
+// vulnerabilities and per vulnerability its id (uvarint), name and severity.
+// A shared string is 0 + length + bytes the first time a chunk has it and
+// afterwards its 1-based rank among the chunk's shared strings.
+type depEncoder struct {
+	buf  []byte
+	strs map[string]uint64
+	n    int // entries in buf
+}
+
+func newDepEncoder() *depEncoder {
+	e := &depEncoder{strs: map[string]uint64{}}
+	e.reset()
+	return e
+}
+
+func (e *depEncoder) reset() {
+	e.buf, e.n = append(e.buf[:0], depChunkTag), 0
+	clear(e.strs)
+}
+
+func (e *depEncoder) raw(s string) {
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+func (e *depEncoder) shared(s string) {
+	if i, ok := e.strs[s]; ok {
+		e.buf = binary.AppendUvarint(e.buf, i)
+		return
+	}
+	e.strs[s] = uint64(len(e.strs) + 1)
+	e.buf = append(e.buf, 0)
+	e.raw(s)
+}
+
+func (e *depEncoder) add(d *Dependency) {
+	e.raw(d.Name)
+	e.shared(d.Version)
+	e.shared(d.PackageManager)
+	e.shared(d.FilePath)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(d.Licenses)))
+	for _, l := range d.Licenses {
+		e.shared(l.SPDX)
+		e.shared(l.Name)
+		e.shared(l.URL)
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(d.Vulnerabilities)))
+	for _, v := range d.Vulnerabilities {
+		e.buf = binary.AppendUvarint(e.buf, uint64(v.ID))
+		e.shared(v.Name)
+		e.shared(v.Severity)
+	}
+	e.n++
+}
+
+// arena hands out copies of values that bbolt must keep until the commit,
+// carved from a few large slabs rather than one allocation each.
+type arena struct{ slab []byte }
+
+func (a *arena) copy(b []byte) []byte {
+	if len(b) > cap(a.slab)-len(a.slab) {
+		a.slab = make([]byte, 0, max(len(b), min(256<<10, 2*cap(a.slab)), 4<<10))
+	}
+	n := len(a.slab)
+	a.slab = append(a.slab, b...)
+	return a.slab[n:len(a.slab):len(a.slab)]
+}
+
+// depChunkReader reads entries of a chunked list at increasing positions,
+// decoding each chunk at most once per pass. The strings it returns are
+// copies: they outlive the transaction.
+type depChunkReader struct {
+	b       *bolt.Bucket
+	project int64
+	chunk   int64
+	raw     []byte // the rest of the current chunk
+	next    int    // index in the chunk of the entry raw starts with
+	strs    []string
+}
+
+func (r *depChunkReader) corrupt() {
+	panic(fmt.Sprintf("store: corrupt dependency chunk %d of project %d", r.chunk, r.project))
+}
+
+func (r *depChunkReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.raw)
+	if n <= 0 {
+		r.corrupt()
+	}
+	r.raw = r.raw[n:]
+	return v
+}
+
+func (r *depChunkReader) bytes() []byte {
+	n := r.uvarint()
+	if n > uint64(len(r.raw)) {
+		r.corrupt()
+	}
+	b := r.raw[:n]
+	r.raw = r.raw[n:]
+	return b
+}
+
+func (r *depChunkReader) shared() string {
+	i := r.uvarint()
+	if i == 0 {
+		s := string(r.bytes())
+		r.strs = append(r.strs, s)
+		return s
+	}
+	if i > uint64(len(r.strs)) {
+		r.corrupt()
+	}
+	return r.strs[i-1]
+}
+
+// entry decodes the next entry into d, or skips it when d is nil.
+func (r *depChunkReader) entry(d *Dependency) {
+	name := r.bytes()
+	version, pm, path := r.shared(), r.shared(), r.shared()
+	var ls []License
+	for n := r.uvarint(); n > 0; n-- {
+		l := License{SPDX: r.shared(), Name: r.shared(), URL: r.shared()}
+		if d != nil {
+			ls = append(ls, l)
+		}
+	}
+	var vs []DependencyVulnerability
+	for n := r.uvarint(); n > 0; n-- {
+		v := DependencyVulnerability{ID: int64(r.uvarint()), Name: r.shared(), Severity: r.shared()}
+		if d != nil {
+			vs = append(vs, v)
+		}
+	}
+	r.next++
+	if d != nil {
+		*d = Dependency{Name: string(name), Version: version, PackageManager: pm, FilePath: path,
+			Licenses: ls, Vulnerabilities: vs}
+	}
+}
+
+// at returns the entry at pos (from 1); positions asked must not decrease
+// for the reader to pass over each chunk once.
+func (r *depChunkReader) at(pos int64) (Dependency, bool) {
+	c, i := (pos-1)/depsPerChunk, int((pos-1)%depsPerChunk)
+	if c != r.chunk || i < r.next || r.raw == nil {
+		raw := r.b.Get(pair(r.project, c))
+		if raw == nil {
+			return Dependency{}, false
+		}
+		r.chunk = c
+		if raw[0] != depChunkTag {
+			r.corrupt()
+		}
+		r.raw, r.next, r.strs = raw[1:], 0, r.strs[:0]
+	}
+	for r.next < i {
+		if len(r.raw) == 0 {
+			return Dependency{}, false
+		}
+		r.entry(nil)
+	}
+	if len(r.raw) == 0 {
+		return Dependency{}, false
+	}
+	var d Dependency
+	r.entry(&d)
+	return d, true
+}
+
+// depPMKey is project id + package manager + 0 + n (a position in
+// depLayoutJSON, a run number in depLayoutChunks).
+func depPMKey(project int64, pm string, n int64) []byte {
 	k := make([]byte, 0, 17+len(pm))
 	k = append(k, itob(project)...)
 	k = append(k, pm...)
 	k = append(k, 0)
-	return append(k, itob(pos)...)
+	return append(k, itob(n)...)
 }
 
 func depPMPrefix(project int64, pm string) []byte {
@@ -165,16 +378,73 @@ func depPMPrefix(project int64, pm string) []byte {
 	return append(k, 0)
 }
 
+// pmPositions walks the positions of one package manager in increasing
+// order; pos is 0 once they are all seen.
+type pmPositions struct {
+	c       *bolt.Cursor
+	prefix  []byte
+	chunked bool
+	rest    []byte // chunked: the positions of the current key not yet read
+	pos     int64
+}
+
+func (p *pmPositions) load(k, v []byte) {
+	for ; k != nil && bytes.HasPrefix(k, p.prefix); k, v = p.c.Next() {
+		if !p.chunked {
+			p.pos = btoi(k[len(k)-8:])
+			return
+		}
+		if p.rest, p.pos = v, 0; p.step() {
+			return
+		}
+	}
+	p.pos = 0
+}
+
+func (p *pmPositions) step() bool {
+	if len(p.rest) == 0 {
+		return false
+	}
+	d, n := binary.Uvarint(p.rest)
+	if n <= 0 {
+		panic(fmt.Sprintf("store: corrupt dependency index under %x", p.prefix))
+	}
+	p.rest, p.pos = p.rest[n:], p.pos+int64(d)
+	return true
+}
+
+func (p *pmPositions) next() {
+	if p.chunked && p.step() {
+		return
+	}
+	p.load(p.c.Next())
+}
+
+// pmRun collects the positions of one package manager into index keys.
+type pmRun struct {
+	seq, last int64
+	n         int
+	buf       []byte
+}
+
 func vulnKey(project int64, external string) []byte {
 	return append(itob(project), external...)
 }
 
 // deletePrefix removes every key of b that starts with prefix.
 func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	return deleteWhere(b, prefix, prefix, nil)
+}
+
+// deleteWhere removes the keys of b from seek on that start with prefix and
+// for which drop (nil: all) says so.
+func deleteWhere(b *bolt.Bucket, seek, prefix []byte, drop func(k []byte) bool) error {
 	var keys [][]byte
 	c := b.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
+	for k, _ := c.Seek(seek); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if drop == nil || drop(k) {
+			keys = append(keys, bytes.Clone(k))
+		}
 	}
 	for _, k := range keys {
 		if err := b.Delete(k); err != nil {
@@ -187,6 +457,10 @@ func deletePrefix(b *bolt.Bucket, prefix []byte) error {
 // ReplaceDependencies makes deps the project's dependency list, in one
 // transaction: the old list is gone and the new one complete, or nothing
 // changed. Vulnerabilities keep their ids across uploads (by ExternalID).
+//
+// The new list overwrites the old one's keys in place and deletes only what
+// lies past its end, so bbolt holds one version of each key; entries are
+// binary chunks (see depLayoutChunks), whose bytes come from a few slabs.
 func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns []NewVulnerability) (DependencyList, error) {
 	if err := validateUpload(deps, vulns); err != nil {
 		return DependencyList{}, err
@@ -197,12 +471,16 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		if tx.Bucket(bktProjects).Get(itob(project)) == nil {
 			return notFound("Project")
 		}
-		depsB, byPM := tx.Bucket(bktDependencies), tx.Bucket(bktDepsByPM)
-		if err := deletePrefix(depsB, itob(project)); err != nil {
-			return err
-		}
-		if err := deletePrefix(byPM, itob(project)); err != nil {
-			return err
+		depsB, byPM, lists := tx.Bucket(bktDependencies), tx.Bucket(bktDepsByPM), tx.Bucket(bktDepLists)
+		var old storedDepList
+		if getJSON(lists, itob(project), &old); old.Layout != depLayoutChunks {
+			// Keys of the JSON layout mean something else in the chunked one.
+			if err := deletePrefix(depsB, itob(project)); err != nil {
+				return err
+			}
+			if err := deletePrefix(byPM, itob(project)); err != nil {
+				return err
+			}
 		}
 
 		vb, byKey := tx.Bucket(bktVulns), tx.Bucket(bktVulnsByKey)
@@ -233,11 +511,25 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 
 		// Positions run 1..n, so a page of the unfiltered list is one seek.
 		depsB.FillPercent, byPM.FillPercent = 0.95, 0.95
-		licenses, affecting := map[string]bool{}, map[int64]bool{}
+		var mem arena
+		enc := newDepEncoder()
+		chunks := int64(0)
+		flush := func() error {
+			if enc.n == 0 {
+				return nil
+			}
+			err := depsB.Put(pair(project, chunks), mem.copy(enc.buf))
+			chunks++
+			enc.reset()
+			return err
+		}
+		runs := map[string]*pmRun{}
+		licenses, affecting := map[[2]string]bool{}, map[int64]bool{}
+		var dvs []DependencyVulnerability
 		for i, nd := range deps {
 			pos := int64(i + 1)
 			d := Dependency{Name: nd.Name, Version: nd.Version, PackageManager: nd.PackageManager,
-				FilePath: nd.FilePath, Licenses: nd.Licenses}
+				FilePath: nd.FilePath, Licenses: nd.Licenses, Vulnerabilities: dvs[:0]}
 			for _, ref := range nd.Vulnerabilities {
 				dv := stored[ref]
 				if !slices.ContainsFunc(d.Vulnerabilities, func(x DependencyVulnerability) bool { return x.ID == dv.ID }) {
@@ -245,19 +537,54 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 					affecting[dv.ID] = true
 				}
 			}
+			dvs = d.Vulnerabilities
 			for _, l := range d.Licenses {
-				licenses[l.SPDX+"\x00"+l.Name] = true
+				licenses[[2]string{l.SPDX, l.Name}] = true
 			}
-			if err := putJSON(depsB, pair(project, pos), d); err != nil {
-				return err
+			enc.add(&d)
+			if enc.n == depsPerChunk {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
-			if err := byPM.Put(depPMKey(project, d.PackageManager, pos), nil); err != nil {
-				return err
+			r := runs[d.PackageManager]
+			if r == nil {
+				r = &pmRun{}
+				runs[d.PackageManager] = r
+			}
+			r.buf = binary.AppendUvarint(r.buf, uint64(pos-r.last))
+			r.last, r.n = pos, r.n+1
+			if r.n == posPerIndexChunk {
+				if err := byPM.Put(depPMKey(project, d.PackageManager, r.seq), mem.copy(r.buf)); err != nil {
+					return err
+				}
+				r.seq, r.last, r.n, r.buf = r.seq+1, 0, 0, r.buf[:0]
 			}
 			list.PackageManagers[d.PackageManager]++
 		}
+		if err := flush(); err != nil {
+			return err
+		}
+		for pm, r := range runs {
+			if r.n > 0 {
+				if err := byPM.Put(depPMKey(project, pm, r.seq), mem.copy(r.buf)); err != nil {
+					return err
+				}
+				r.seq++
+			}
+		}
+		// What the old list had past the new one's end.
+		if err := deleteWhere(depsB, pair(project, chunks), itob(project), nil); err != nil {
+			return err
+		}
+		if err := deleteWhere(byPM, itob(project), itob(project), func(k []byte) bool {
+			r := runs[string(k[8:len(k)-9])]
+			return r == nil || btoi(k[len(k)-8:]) >= r.seq
+		}); err != nil {
+			return err
+		}
 		list.Dependencies, list.Licenses, list.Vulnerabilities = len(deps), len(licenses), len(affecting)
-		return putJSON(tx.Bucket(bktDepLists), itob(project), list)
+		return putJSON(lists, itob(project), storedDepList{DependencyList: list, Layout: depLayoutChunks})
 	})
 	if err != nil {
 		return DependencyList{}, err
@@ -268,12 +595,12 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 // DependencyListOf returns the summary of a project's list; a project that
 // never had an SBOM has an empty one.
 func (s *Store) DependencyListOf(project int64) (DependencyList, error) {
-	list := DependencyList{ProjectID: project, PackageManagers: map[string]int{}}
+	list := storedDepList{DependencyList: DependencyList{ProjectID: project, PackageManagers: map[string]int{}}}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		getJSON(tx.Bucket(bktDepLists), itob(project), &list)
 		return nil
 	})
-	return list, err
+	return list.DependencyList, err
 }
 
 // Vulnerability returns a vulnerability by id.
@@ -296,14 +623,21 @@ func (s *Store) Dependencies(project int64, managers []string, offset, limit int
 	var out []Dependency
 	total := 0
 	err := s.db.View(func(tx *bolt.Tx) error {
-		var list DependencyList
+		var list storedDepList
 		if !getJSON(tx.Bucket(bktDepLists), itob(project), &list) {
 			return nil
 		}
 		depsB := tx.Bucket(bktDependencies)
+		chunked := list.Layout == depLayoutChunks
+		cr := &depChunkReader{b: depsB, project: project, chunk: -1}
 		read := func(pos int64) error {
 			var d Dependency
-			if !getJSON(depsB, pair(project, pos), &d) {
+			if chunked {
+				var found bool
+				if d, found = cr.at(pos); !found {
+					return notFound("Dependency")
+				}
+			} else if !getJSON(depsB, pair(project, pos), &d) {
 				return notFound("Dependency")
 			}
 			out = append(out, d)
@@ -319,34 +653,27 @@ func (s *Store) Dependencies(project int64, managers []string, offset, limit int
 			}
 			return nil
 		}
-		type cur struct {
-			c      *bolt.Cursor
-			prefix []byte
-			k      []byte
-		}
-		var cs []*cur
+		var cs []*pmPositions
 		for _, m := range managers {
 			total += list.PackageManagers[m]
-			c := &cur{c: tx.Bucket(bktDepsByPM).Cursor(), prefix: depPMPrefix(project, m)}
-			if c.k, _ = c.c.Seek(c.prefix); c.k != nil && bytes.HasPrefix(c.k, c.prefix) {
-				cs = append(cs, c)
+			p := &pmPositions{c: tx.Bucket(bktDepsByPM).Cursor(), prefix: depPMPrefix(project, m), chunked: chunked}
+			if p.load(p.c.Seek(p.prefix)); p.pos != 0 {
+				cs = append(cs, p)
 			}
 		}
-		pos := func(k []byte) int64 { return btoi(k[len(k)-8:]) }
 		for seen := 0; len(cs) > 0 && len(out) < limit; seen++ {
 			lo := 0
 			for i := range cs {
-				if pos(cs[i].k) < pos(cs[lo].k) {
+				if cs[i].pos < cs[lo].pos {
 					lo = i
 				}
 			}
-			p := pos(cs[lo].k)
 			if seen >= offset {
-				if err := read(p); err != nil {
+				if err := read(cs[lo].pos); err != nil {
 					return err
 				}
 			}
-			if cs[lo].k, _ = cs[lo].c.Next(); cs[lo].k == nil || !bytes.HasPrefix(cs[lo].k, cs[lo].prefix) {
+			if cs[lo].next(); cs[lo].pos == 0 {
 				cs = slices.Delete(cs, lo, lo+1)
 			}
 		}

@@ -1,12 +1,15 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // depProject is a project to hang dependency lists on.
@@ -200,5 +203,172 @@ func TestReplaceDependenciesRefusals(t *testing.T) {
 	}
 	if got, _, _ := s.Dependencies(pr.ID, nil, 0, 10); !slices.Equal(depNames(got), []string{"kept@1"}) {
 		t.Fatalf("list after refusals: %v", depNames(got))
+	}
+}
+
+// depKeys counts the keys of a project in the dependency buckets.
+func depKeys(t *testing.T, s *Store, project int64) (deps, byPM int) {
+	t.Helper()
+	noErr(t, s.db.View(func(tx *bolt.Tx) error {
+		for _, n := range []struct {
+			b *bolt.Bucket
+			c *int
+		}{{tx.Bucket(bktDependencies), &deps}, {tx.Bucket(bktDepsByPM), &byPM}} {
+			c := n.b.Cursor()
+			for k, _ := c.Seek(itob(project)); k != nil && bytes.HasPrefix(k, itob(project)); k, _ = c.Next() {
+				*n.c++
+			}
+		}
+		return nil
+	}))
+	return deps, byPM
+}
+
+// TestReplaceDependenciesManyChunks checks pages and filters of lists that
+// span many chunks and index runs against a plain model, across uploads
+// that grow, shrink and change package managers.
+func TestReplaceDependenciesManyChunks(t *testing.T) {
+	s, _ := openTest(t)
+	pr := depProject(t, s, "app")
+	other := depProject(t, s, "other")
+	ok(s.ReplaceDependencies(other.ID, []NewDependency{{Name: "x", Version: "9", PackageManager: "npm"}}, nil))(t)
+	vulns := []NewVulnerability{{ExternalID: "CVE-1", Severity: "high"}, {ExternalID: "CVE-2", Name: "ReDoS", Severity: "low"}}
+	upload := func(n int, managers []string) []Dependency {
+		var deps []NewDependency
+		var want []Dependency
+		for i := range n {
+			nd := NewDependency{Name: fmt.Sprintf("d%d", i), Version: fmt.Sprint(i % 7), PackageManager: managers[i%len(managers)%3*(i%5)%len(managers)],
+				FilePath: "/src/" + managers[i%len(managers)] + ".lock"}
+			if i%3 == 0 {
+				nd.Licenses = []License{{SPDX: "MIT", Name: "MIT", URL: "https://opensource.org/licenses/MIT"}, {Name: fmt.Sprint("L", i%4)}}
+			}
+			if i%11 == 0 {
+				nd.Vulnerabilities = []string{"CVE-2", "CVE-1", "CVE-2"}
+			}
+			deps = append(deps, nd)
+		}
+		ok(s.ReplaceDependencies(pr.ID, deps, vulns))(t)
+		for _, nd := range deps {
+			d := Dependency{Name: nd.Name, Version: nd.Version, PackageManager: nd.PackageManager, FilePath: nd.FilePath, Licenses: nd.Licenses}
+			if len(nd.Vulnerabilities) > 0 {
+				d.Vulnerabilities = []DependencyVulnerability{{Name: "ReDoS", Severity: "low"}, {Name: "CVE-1", Severity: "high"}}
+			}
+			want = append(want, d)
+		}
+		return want
+	}
+	check := func(t *testing.T, want []Dependency, filters [][]string) {
+		t.Helper()
+		for _, f := range filters {
+			var match []Dependency
+			for _, d := range want {
+				if len(f) == 0 || slices.Contains(f, d.PackageManager) {
+					match = append(match, d)
+				}
+			}
+			for _, pg := range [][2]int{{0, 100}, {63, 3}, {1020, 100}, {len(match) - 5, 100}, {len(match), 10}, {2000, 1}} {
+				if pg[0] < 0 {
+					continue
+				}
+				got, total, err := s.Dependencies(pr.ID, f, pg[0], pg[1])
+				noErr(t, err)
+				exp := match[min(pg[0], len(match)):min(pg[0]+pg[1], len(match))]
+				for i := range got {
+					for j := range got[i].Vulnerabilities {
+						got[i].Vulnerabilities[j].ID = 0
+					}
+				}
+				if total != len(match) || fmt.Sprint(got) != fmt.Sprint(exp) {
+					t.Fatalf("filter %v page %v: total %d (want %d)\ngot  %v\nwant %v", f, pg, total, len(match), got, exp)
+				}
+			}
+		}
+	}
+	filters := [][]string{nil, {"npm"}, {"go", "npm"}, {""}, {"maven", "pip"}}
+	for _, step := range []struct {
+		n        int
+		managers []string
+	}{
+		{3000, []string{"npm", "go", "maven", ""}},
+		{3000, []string{"npm", "go", "maven", ""}},
+		{5000, []string{"npm", "go"}},
+		{130, []string{"pip", "npm"}},
+		{64, []string{"go"}},
+		{0, []string{"go"}},
+		{2100, []string{"maven", "npm", "go"}},
+	} {
+		t.Run(fmt.Sprint(step.n, step.managers), func(t *testing.T) {
+			want := upload(step.n, step.managers)
+			check(t, want, filters)
+			// Nothing of an earlier, longer list is left behind.
+			deps, byPM := depKeys(t, s, pr.ID)
+			runs := 0
+			for _, n := range ok(s.DependencyListOf(pr.ID))(t).PackageManagers {
+				runs += (n + posPerIndexChunk - 1) / posPerIndexChunk
+			}
+			if deps != (step.n+depsPerChunk-1)/depsPerChunk || byPM != runs {
+				t.Fatalf("%d keys in dependencies, %d in the index; want %d and %d", deps, byPM, (step.n+depsPerChunk-1)/depsPerChunk, runs)
+			}
+		})
+	}
+	if got, total, _ := s.Dependencies(other.ID, nil, 0, 10); total != 1 || depNames(got)[0] != "x@9" {
+		t.Fatalf("other project: %v, %d", depNames(got), total)
+	}
+}
+
+// TestDependenciesReadsJSONLayout: a list written by schema version 1 (one
+// JSON record and one index key per entry, no layout in the summary) reads
+// as before, and the next upload replaces it whole.
+func TestDependenciesReadsJSONLayout(t *testing.T) {
+	s, _ := openTest(t)
+	pr := depProject(t, s, "app")
+	other := depProject(t, s, "other")
+	ok(s.ReplaceDependencies(other.ID, []NewDependency{{Name: "x", Version: "9", PackageManager: "npm"}}, nil))(t)
+	old := []Dependency{
+		{Name: "a", Version: "1", PackageManager: "npm", FilePath: "package-lock.json",
+			Licenses: []License{{SPDX: "MIT", Name: "MIT"}}, Vulnerabilities: []DependencyVulnerability{{ID: 7, Name: "CVE-1", Severity: "high"}}},
+		{Name: "b", Version: "2", PackageManager: "go"},
+		{Name: "c", Version: "3", PackageManager: "npm"},
+	}
+	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
+		for i, d := range old {
+			raw := fmt.Sprintf(`{"name":%q,"version":%q,"package_manager":%q`, d.Name, d.Version, d.PackageManager)
+			if i == 0 {
+				raw += `,"dependency_file_path":"package-lock.json","licenses":[{"spdx_identifier":"MIT","name":"MIT"}],"vulnerabilities":[{"id":7,"name":"CVE-1","severity":"high"}]`
+			}
+			if err := tx.Bucket(bktDependencies).Put(pair(pr.ID, int64(i+1)), []byte(raw+"}")); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bktDepsByPM).Put(depPMKey(pr.ID, d.PackageManager, int64(i+1)), nil); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bktDepLists).Put(itob(pr.ID), []byte(fmt.Sprintf(
+			`{"project_id":%d,"dependencies":3,"vulnerabilities":1,"licenses":1,"package_managers":{"go":1,"npm":2},"updated_at":"2026-11-21T10:04:05.123Z"}`, pr.ID)))
+	}))
+	got, total := ok2(s.Dependencies(pr.ID, nil, 0, 10))(t)
+	if total != 3 || fmt.Sprint(got) != fmt.Sprint(old) {
+		t.Fatalf("old list: %v (%d)", got, total)
+	}
+	got, total = ok2(s.Dependencies(pr.ID, []string{"npm"}, 1, 10))(t)
+	if total != 2 || depNames(got)[0] != "c@3" || len(got) != 1 {
+		t.Fatalf("old list, npm from 1: %v (%d)", depNames(got), total)
+	}
+	if l := ok(s.DependencyListOf(pr.ID))(t); l.Dependencies != 3 || l.PackageManagers["npm"] != 2 {
+		t.Fatalf("old summary: %+v", l)
+	}
+	// The next upload (shorter than the old list) replaces it.
+	ok(s.ReplaceDependencies(pr.ID, []NewDependency{{Name: "z", Version: "1", PackageManager: "pip"}}, nil))(t)
+	for _, f := range [][]string{nil, {"pip"}, {"npm"}, {"go"}} {
+		got, total := ok2(s.Dependencies(pr.ID, f, 0, 10))(t)
+		if want := f == nil || f[0] == "pip"; total != 1 && want || len(got) == 1 != want || want && depNames(got)[0] != "z@1" {
+			t.Fatalf("after upload, filter %v: %v (%d)", f, depNames(got), total)
+		}
+	}
+	if deps, byPM := depKeys(t, s, pr.ID); deps != 1 || byPM != 1 {
+		t.Fatalf("after upload: %d keys in dependencies, %d in the index", deps, byPM)
+	}
+	if got, total, _ := s.Dependencies(other.ID, []string{"npm"}, 0, 10); total != 1 || depNames(got)[0] != "x@9" {
+		t.Fatalf("other project: %v, %d", depNames(got), total)
 	}
 }

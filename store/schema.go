@@ -49,9 +49,11 @@ var (
 	bktCacheByTime = []byte("cache_by_time")
 
 	// Dependency lists: one per project, replaced whole by an SBOM upload.
-	bktDependencies = []byte("dependencies")           // project id + position -> Dependency
-	bktDepsByPM     = []byte("dependencies_by_pm")     // project id + package manager + 0 + position -> nil
-	bktDepLists     = []byte("dependency_lists")       // project id -> DependencyList (counts)
+	// Keys and values as of depLayoutChunks (see dependencies.go, which
+	// also still reads the JSON layout of schema version 1):
+	bktDependencies = []byte("dependencies")           // project id + chunk number -> binary chunk of entries
+	bktDepsByPM     = []byte("dependencies_by_pm")     // project id + package manager + 0 + run number -> position deltas
+	bktDepLists     = []byte("dependency_lists")       // project id -> storedDepList (counts, layout)
 	bktVulns        = []byte("vulnerabilities")        // id -> Vulnerability
 	bktVulnsByKey   = []byte("vulnerabilities_by_key") // project id + external id -> vulnerability id
 
@@ -84,7 +86,11 @@ var (
 	metaKeyCheck      = []byte("key_check") // a known value sealed with the secret key
 )
 
-const schemaVersion = 1
+// schemaVersion is written on every open; an older registryd refuses a
+// database of a newer version. 2: dependency lists are stored in binary
+// chunks (dependencies.go, depLayoutChunks); lists written by version 1 are
+// still read and are rewritten by the project's next upload.
+const schemaVersion = 2
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {
