@@ -76,6 +76,9 @@ func (u *pxUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("ETag", f.etag)
 	}
+	// As a repository labels a jar (net/http would sniff the test bodies,
+	// which are text, as text/plain: refused for a binary file).
+	w.Header().Set("Content-Type", "application/java-archive")
 	w.Header().Set("Content-Length", strconv.Itoa(len(f.body)))
 	if r.Method == http.MethodHead {
 		return

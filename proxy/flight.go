@@ -775,6 +775,8 @@ func outcomeOf(err error) string {
 		return outcomeClientError
 	case errors.Is(err, upstream.ErrTimeout):
 		return outcomeTimeout
+	case errors.Is(err, upstream.ErrBadAnswer):
+		return outcomeRefused
 	}
 	return outcomeNetwork
 }

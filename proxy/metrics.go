@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		upstreamReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "requests_total",
 			Help: "Upstream GET requests by upstream id and outcome (ok, not_modified, not_found, " +
-				"client_error, server_error, timeout, network_error, aborted).",
+				"client_error, server_error, timeout, network_error, refused, aborted).",
 		}, []string{"upstream", "outcome"}),
 		upstreamDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "response_duration_seconds",
@@ -212,7 +212,8 @@ const (
 	outcomeServerError = "server_error"
 	outcomeTimeout     = "timeout"
 	outcomeNetwork     = "network_error"
-	outcomeAborted     = "aborted" // the body failed after the headers
+	outcomeAborted     = "aborted" // the body failed, or was refused, after the headers
+	outcomeRefused     = "refused" // the answer's status or framing was refused (upstream.ErrBadAnswer)
 )
 
 func (m *metrics) upstream(up *upstreamView, outcome string, since time.Time) {
