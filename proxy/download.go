@@ -350,6 +350,11 @@ func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven
 		s.met.revalidated.Inc()
 		return s.serveEntryOrMiss(ctx, reg, p, v)
 	case flightNotFound:
+		if !f.reval {
+			// Joined a plain fetch of the same file (its blob had gone
+			// missing): the 404 is news about this entry all the same.
+			s.dropGone(f)
+		}
 		f.release()
 		s.met.miss.Inc()
 		return s.fetchMiss(ctx, reg, p, v.up.id, anyGen)

@@ -601,7 +601,10 @@ func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
 func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
 	var err error
 	var d store.Digests
-	if maven.LooksLikeHTML(f.key.rel, body[:min(len(body), maven.SniffLen)]) {
+	switch {
+	case len(body) == 0 && maven.Binary(f.key.rel):
+		err = &refusedError{label: refusedEmpty, reason: "answered an empty body for a binary file"}
+	case maven.LooksLikeHTML(f.key.rel, body[:min(len(body), maven.SniffLen)]):
 		err = &refusedError{label: refusedHTML, reason: "answered a web page for a file that is not HTML"}
 	}
 	if err == nil {

@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "upstream", Name: "refusals_total",
 			Help: "Upstream answers refused as a copy of the file, by upstream id and reason: answer (204, " +
 				"unsolicited 206, other 2xx, an encoding not decoded, a body longer than its Content-Length), " +
-				"content_type, html_body, checksum_mismatch, checksum_missing, checksum_unusable.",
+				"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable.",
 		}, []string{"upstream", "reason"}),
 		served: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "proxy", Name: "served_bytes_total",

@@ -163,11 +163,14 @@ func (s *Server) serveDigest(ctx *fasthttp.RequestCtx, p maven.Path, e *store.Ca
 // fill with the upstream's Content-Length (or chunked when it sent none),
 // with the checksum headers the flight can vouch for (see checksums).
 // Range is not honoured here (the whole file comes with 200, as RFC 9110
-// allows). A checksum sidecar, and a HEAD whose length the upstream did not
-// announce, wait for the fill to finish and answer from the stored entry.
+// allows). A checksum sidecar, and a HEAD of a streamed body, wait for the
+// fill to finish and answer from the stored entry.
 func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) error {
 	head := ctx.IsHead()
-	if p.Kind == maven.Checksum || (head && f.size < 0) {
+	// A HEAD must not vouch for a body that is still arriving (its
+	// checksums unchecked, its length unproven): unless the body is whole
+	// and verified in memory, it answers from the stored entry.
+	if p.Kind == maven.Checksum || (head && f.mem == nil) {
 		e, err := f.result()
 		f.release()
 		if err != nil {

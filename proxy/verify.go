@@ -40,13 +40,11 @@ const (
 	refusedAnswer      = "answer"       // refused by the upstream client (status, encoding, length)
 	refusedType        = "content_type" // a text or HTML media type for a file that is not text
 	refusedHTML        = "html_body"    // a body that starts like an HTML page
+	refusedEmpty       = "empty_body"   // no bytes at all for a binary file
 	refusedMismatch    = "checksum_mismatch"
 	refusedNoChecksum  = "checksum_missing" // require policy, nothing offered
 	refusedBadChecksum = "checksum_unusable"
 )
-
-// refusalLabels lists every reason label, so each series exists from the start.
-var refusalLabels = [...]string{refusedAnswer, refusedType, refusedHTML, refusedMismatch, refusedNoChecksum, refusedBadChecksum}
 
 // refuse counts, logs and remembers a refused answer and returns err
 // unchanged, for the caller to fail the flight with.

@@ -59,6 +59,9 @@ func badAnswers(large bool) []badAnswer {
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Write(page)
 		})},
+		{name: "empty 200 for a jar", file: custom(func(w http.ResponseWriter, _ []byte) {
+			w.Header().Set("Content-Length", "0")
+		})},
 		{name: "text/plain for a jar", file: custom(func(w http.ResponseWriter, body []byte) {
 			w.Header().Set("Content-Type", "text/plain")
 			w.Write(body)
@@ -216,6 +219,23 @@ func TestBadAnswersOnARevalidation(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestHeadWaitsForTheCheck: a HEAD that starts a large miss must not say
+// 200 for a body that then fails its checksum.
+func TestHeadWaitsForTheCheck(t *testing.T) {
+	e := newEnv(t)
+	up := newFakeUpstream(t)
+	up.set(jarPath, fakeFile{body: jarBytes(jarPath, 200<<10), checksum: "0123456789abcdef0123456789abcdef01234567"})
+	uid := e.upstream(up.URL, nil, nil)
+	if r := e.head(jarPath); r.status == 200 {
+		t.Fatalf("HEAD answered 200 (%v) for a body its checksum refuses", r.header)
+	}
+	e.waitFills()
+	if _, ok := e.entry(uid, "/"+jarPath); ok {
+		t.Fatal("cached")
+	}
+	e.noBrokenState()
 }
 
 // TestGzipEncodingIsDecoded: an upstream that sends Content-Encoding: gzip

@@ -60,6 +60,10 @@ func natureOf(rel string) nature {
 	return natureOther
 }
 
+// Binary reports whether rel is a file that is never text, and never empty
+// (the smallest zip, an empty archive, has 22 bytes).
+func Binary(rel string) bool { return natureOf(rel) == natureBinary }
+
 // RefusedType returns why an upstream answer of Content-Type ctype cannot be
 // the file rel, or "" when it can. The reason names the parsed media type
 // (lower-case tokens only, never the raw header), so it is safe to show a
