@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -177,11 +178,73 @@ func New(d Deps) (*Server, error) {
 }
 
 // fasthttpLogger sends fasthttp's own complaints (bad requests, timeouts)
-// to slog at debug level: they are the clients' problems, not ours.
+// to slog at debug level: they are the clients' problems, not ours. They are
+// redacted first: fasthttp quotes the requests it cannot parse, credentials
+// included.
 type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug("fasthttp: " + fmt.Sprintf(format, args...))
+	l.log.Debug("fasthttp: " + redactRequest(fmt.Sprintf(format, args...)))
+}
+
+// secretMarks start the values redactRequest hides: credential headers (as
+// a quoted request shows them, or raw) and credential query parameters.
+var secretMarks = [...]string{
+	"private-token:", "deploy-token:", "job-token:", "authorization:", "cookie:", "svc-gateway-api-request:",
+	"private_token=", "job_token=", "access_token=",
+}
+
+// redactRequest removes from a fasthttp error line what it quotes of a
+// request: the snippet of one it could not parse ("contents: ...", which
+// holds its headers) goes whole, and any credential header or query value
+// elsewhere is replaced up to the end of its line or parameter.
+func redactRequest(msg string) string {
+	if i := strings.Index(msg, "contents: "); i >= 0 {
+		msg = msg[:i] + "contents: [redacted]"
+	}
+	lower := asciiLower(msg) // byte for byte, so indexes hold in msg
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(lower); {
+		j, mark := -1, ""
+		for _, m := range secretMarks {
+			if k := strings.Index(lower[i:], m); k >= 0 && (j < 0 || i+k < j) {
+				j, mark = i+k, m
+			}
+		}
+		if j < 0 {
+			break
+		}
+		start := j + len(mark)
+		for start < len(msg) && msg[start] == ' ' {
+			start++
+		}
+		// A header value runs to the end of its line (a quoted request shows
+		// it as a backslash escape), a query value to the next parameter.
+		stops := "\r\n\"\\"
+		if strings.HasSuffix(mark, "=") {
+			stops += "& \t"
+		}
+		end := start
+		for end < len(msg) && !strings.ContainsRune(stops, rune(msg[end])) {
+			end++
+		}
+		b.WriteString(msg[last:start])
+		b.WriteString("[redacted]")
+		last, i = end, end
+	}
+	b.WriteString(msg[last:])
+	return b.String()
+}
+
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // Serve serves on ln until Shutdown.
