@@ -77,6 +77,8 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 	cfg.Data.Dir = dir
 	cfg.Upstreams.AllowLocalNetwork = true
 	cfg.Shutdown.Timeout = 5 * time.Second
+	cfg.Upstreams.ConnectTimeout = 5 * time.Second
+	cfg.Upstreams.HeaderTimeout = 5 * time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -107,7 +109,7 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 	e.srv, err = New(Deps{
 		Config: cfg, Store: st, Blobs: blobs, Auth: auth.New(st, cfg, clock.Now),
 		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
-			ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}),
+			ConnectTimeout: cfg.Upstreams.ConnectTimeout, HeaderTimeout: cfg.Upstreams.HeaderTimeout}),
 		Registerer: reg, GatewaySecret: e.secret, Now: clock.Now,
 	})
 	if err != nil {

@@ -35,6 +35,8 @@ import (
 // Fetcher is what the proxy needs of the upstream client.
 type Fetcher interface {
 	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+	// GetChecksum fetches relPath's .sha1, for the require checksum policy.
+	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
 }
 
 // Deps are the proxy listener's collaborators.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"crypto/sha1"
@@ -111,12 +112,6 @@ func (x expected) check(d store.Digests) error {
 	return nil
 }
 
-// ChecksumFetcher is implemented by upstream clients that can fetch a
-// file's .sha1, for the require policy.
-type ChecksumFetcher interface {
-	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
-}
-
 // admit judges an answer's headers: its media type against the file, and
 // the checksums it must match under the upstream's policy (fetching the
 // .sha1 under require when the answer offers none).
@@ -131,11 +126,7 @@ func (s *Server) admit(ctx context.Context, f *flight, resp *upstream.Response) 
 	if x.any() || f.up.policy != store.ChecksumRequire {
 		return x, nil
 	}
-	cf, ok := s.up.(ChecksumFetcher)
-	if !ok {
-		return x, &refusedError{label: refusedNoChecksum, reason: "the upstream offers no checksum and the checksum policy requires one"}
-	}
-	sum, err := cf.GetChecksum(ctx, f.up.ep, f.key.rel)
+	sum, err := s.up.GetChecksum(ctx, f.up.ep, f.key.rel)
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		return x, &refusedError{label: refusedNoChecksum, reason: "the upstream offers no checksum and the checksum policy requires one"}
@@ -167,19 +158,7 @@ func (s *Server) sniff(f *flight, head []byte, body io.Reader) (io.Reader, error
 	if maven.LooksLikeHTML(f.key.rel, head[:min(len(head), maven.SniffLen)]) {
 		return nil, &refusedError{label: refusedHTML, reason: "answered a web page for a file that is not HTML"}
 	}
-	return io.MultiReader(&prefixReader{b: head}, body), nil
-}
-
-// prefixReader yields bytes already read, then io.EOF.
-type prefixReader struct{ b []byte }
-
-func (r *prefixReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
+	return io.MultiReader(bytes.NewReader(head), body), nil
 }
 
 // smallDigests are the digests of a body read whole: MD5 and SHA-1 for the
