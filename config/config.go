@@ -131,6 +131,29 @@ type Upstreams struct {
 	// (also fetch <file>.sha1 when none is offered, and refuse a file whose
 	// checksum is missing or wrong) or "off" (check none). Default "verify".
 	ChecksumPolicy string `yaml:"checksum_policy"`
+	// MaxConcurrentRequests caps the requests registryd has out to one
+	// upstream at once (fills and revalidations, bodies included); more
+	// wait their turn in a queue instead of opening more connections.
+	// Default 20 (the per-route pool of Nexus's HTTP client).
+	MaxConcurrentRequests int `yaml:"max_concurrent_requests"`
+	// NotFoundTTL is how long an upstream's 404 or 410 for a file is
+	// remembered (the negative cache): the upstream is not asked for that
+	// path again meanwhile. 0 turns it off. An upstream's
+	// not_found_cache_minutes overrides it. Default 1h.
+	NotFoundTTL time.Duration `yaml:"not_found_ttl"`
+	// MetadataNotFoundTTL is NotFoundTTL for maven-metadata.xml (and its
+	// checksums), which appears when a first version is published. An
+	// upstream's metadata_not_found_cache_minutes overrides it. Default 5m.
+	MetadataNotFoundTTL time.Duration `yaml:"metadata_not_found_ttl"`
+	// FailureThreshold is how many consecutive error answers (5xx, 429
+	// without Retry-After) mark an upstream unhealthy; a timeout or a
+	// connection failure marks it at once. Default 3.
+	FailureThreshold int `yaml:"failure_threshold"`
+	// Backoff is how long an unhealthy upstream is skipped before one trial
+	// request; it doubles after each failed trial. Default 10s.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps Backoff's doubling. Default 10m.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
 }
 
 // License is the tier registryd behaves as.
@@ -232,6 +255,13 @@ func Default() Config {
 			FillTimeout:    30 * time.Minute,
 			MaxRedirects:   5,
 			ChecksumPolicy: "verify",
+
+			MaxConcurrentRequests: 20,
+			NotFoundTTL:           time.Hour,
+			MetadataNotFoundTTL:   5 * time.Minute,
+			FailureThreshold:      3,
+			Backoff:               10 * time.Second,
+			MaxBackoff:            10 * time.Minute,
 		},
 		License:  License{Plan: PlanUltimate},
 		Features: Features{VirtualRegistry: true},
@@ -337,6 +367,8 @@ func (c Config) Validate() error {
 		{"upstreams.header_timeout", c.Upstreams.HeaderTimeout},
 		{"upstreams.check_timeout", c.Upstreams.CheckTimeout},
 		{"upstreams.fill_timeout", c.Upstreams.FillTimeout},
+		{"upstreams.backoff", c.Upstreams.Backoff},
+		{"upstreams.max_backoff", c.Upstreams.MaxBackoff},
 		{"auth.cache_ttl", c.Auth.CacheTTL},
 		{"cache.collect_interval", c.Cache.CollectInterval},
 		{"cache.flush_interval", c.Cache.FlushInterval},
@@ -373,6 +405,18 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.CacheSize < 1 {
 		add("auth.cache_size must be at least 1, got %d", c.Auth.CacheSize)
+	}
+	if c.Upstreams.MaxConcurrentRequests < 1 {
+		add("upstreams.max_concurrent_requests must be at least 1, got %d", c.Upstreams.MaxConcurrentRequests)
+	}
+	if c.Upstreams.FailureThreshold < 1 {
+		add("upstreams.failure_threshold must be at least 1, got %d", c.Upstreams.FailureThreshold)
+	}
+	if c.Upstreams.NotFoundTTL < 0 || c.Upstreams.MetadataNotFoundTTL < 0 {
+		add("upstreams.not_found_ttl and upstreams.metadata_not_found_ttl must not be negative")
+	}
+	if c.Upstreams.MaxBackoff < c.Upstreams.Backoff {
+		add("upstreams.max_backoff (%s) must not be shorter than upstreams.backoff (%s)", c.Upstreams.MaxBackoff, c.Upstreams.Backoff)
 	}
 	if c.Upstreams.MaxRedirects < 0 {
 		add("upstreams.max_redirects must not be negative, got %d", c.Upstreams.MaxRedirects)

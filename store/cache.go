@@ -151,6 +151,7 @@ func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time)
 // Its blob, timestamps and download count are unchanged.
 func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, error) {
 	var e CacheEntry
+	defer s.forget.bump(upstream)
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
@@ -167,6 +168,7 @@ func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, er
 // transaction, and returns how many there are.
 func (s *Store) InvalidateUpstreamCache(upstream int64) (int, error) {
 	n := 0
+	defer s.forget.bump(upstream)
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
@@ -390,6 +392,7 @@ func markUpstreamPendingTx(tx *bolt.Tx, upstream int64, now time.Time) (int, err
 
 // DeleteCacheEntry marks one entry for destruction.
 func (s *Store) DeleteCacheEntry(upstream int64, rel string) error {
+	defer s.forget.bump(upstream)
 	return s.update(false, true, func(tx *bolt.Tx) error {
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
@@ -404,6 +407,7 @@ func (s *Store) DeleteCacheEntry(upstream int64, rel string) error {
 // returns how many.
 func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
 	n := 0
+	defer s.forget.bump(upstream)
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
@@ -419,6 +423,7 @@ func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
 // (those in no other registry) for destruction, in one transaction.
 func (s *Store) PurgeRegistryCache(registry int64) (int, error) {
 	n := 0
+	defer s.forgetRegistry(registry)
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		if _, ok := registryTx(tx, registry); !ok {
 			return notFound("Registry")

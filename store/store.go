@@ -41,6 +41,8 @@ type Store struct {
 	// cacheGen changes whenever cache entries or registry topology change, for
 	// caches of resolution data in the proxy.
 	cacheGen atomic.Uint64
+	// forget voids the proxy's negative cache per upstream (forget.go).
+	forget forgetEpochs
 }
 
 // ErrLocked means another process holds the database.

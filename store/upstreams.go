@@ -230,6 +230,7 @@ type UpstreamPatch struct {
 // UpdateUpstream changes an upstream. Changing the url without new
 // credentials clears the stored ones, so old credentials never reach a new host.
 func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
+	defer s.forget.bump(id)
 	var u Upstream
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		var ok bool
@@ -281,6 +282,7 @@ func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
 // DeleteUpstream removes an upstream, closes the gaps it leaves in every
 // registry's order, and marks its cache entries for destruction.
 func (s *Store) DeleteUpstream(id int64) error {
+	defer s.forget.bump(id)
 	return s.update(false, true, func(tx *bolt.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(id)) == nil {
 			return notFound("Upstream")

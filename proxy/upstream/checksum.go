@@ -80,7 +80,7 @@ func offeredChecksums(h http.Header) (sha1, md5, sha256 string, conflict bool) {
 func (c *Client) GetChecksum(ctx context.Context, ep Endpoint, relPath string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.checkTimeout)
 	defer cancel()
-	resp, err := c.get(ctx, ep, relPath+".sha1", "")
+	resp, err := c.get(ctx, ep, relPath+".sha1", "", 0)
 	if err != nil {
 		return "", err
 	}

@@ -58,6 +58,7 @@ package upstream
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -288,18 +289,47 @@ func (c *Client) head(ctx context.Context, ep Endpoint, relPath string) (*Respon
 // io.ErrUnexpectedEOF (wrapped in *NetError), never a clean io.EOF. Decoded
 // output is not bounded here: the caller applies its maximum file size.
 func (c *Client) Get(ctx context.Context, ep Endpoint, relPath, etag string) (*Response, error) {
-	resp, err := c.get(ctx, ep, relPath, etag)
+	resp, err := c.get(ctx, ep, relPath, etag, 0)
 	if err != nil {
 		return nil, err
 	}
 	return resp.Response, nil
 }
 
-func (c *Client) get(ctx context.Context, ep Endpoint, relPath, etag string) (response, error) {
+// Revalidate is Get for the revalidation of a cached copy: the wait for the
+// answer's headers, redirects included, is bounded by CheckTimeout (a stale
+// copy is at hand, so a slow upstream is not waited for as long as on a
+// miss). A body that follows is bounded as Get's is.
+func (c *Client) Revalidate(ctx context.Context, ep Endpoint, relPath, etag string) (*Response, error) {
+	resp, err := c.get(ctx, ep, relPath, etag, c.checkTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Response, nil
+}
+
+// get sends a GET; headerTimeout, when positive, bounds the time until the
+// answer's headers (on top of the transport's per-response header timeout).
+func (c *Client) get(ctx context.Context, ep Endpoint, relPath, etag string, headerTimeout time.Duration) (response, error) {
 	ctx, cancel := context.WithCancel(ctx)
+	var expired atomic.Bool
+	var timer *time.Timer
+	if headerTimeout > 0 {
+		timer = time.AfterFunc(headerTimeout, func() { expired.Store(true); cancel() })
+	}
 	resp, err := c.fetch(ctx, http.MethodGet, ep, relPath, etag)
+	if timer != nil && !timer.Stop() && err == nil {
+		// The headers came just as the bound ran out: the request is
+		// cancelled already, its body unusable.
+		resp.Body.Close()
+		err = &NetError{Op: http.MethodGet, URL: resp.target, Reason: "Connection timeout", Err: context.DeadlineExceeded, kind: ErrTimeout}
+	}
 	if err != nil {
 		cancel()
+		var ne *NetError
+		if expired.Load() && errors.As(err, &ne) {
+			ne.Reason, ne.Err, ne.kind = "Connection timeout", context.DeadlineExceeded, ErrTimeout
+		}
 		return response{}, err
 	}
 	if resp.Status == http.StatusNotModified {
@@ -428,7 +458,11 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 		}, nil
 	}
 	drain(hr.Body, check)
-	return response{}, &StatusError{Op: method, URL: errURL, Code: code, Status: reasonPhrase(hr)}
+	se := &StatusError{Op: method, URL: errURL, Code: code, Status: reasonPhrase(hr)}
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		se.RetryAfter = parseRetryAfter(hr.Header.Get("Retry-After"), time.Now())
+	}
+	return response{}, se
 }
 
 // badAnswerStatus is why a GET answer's 2xx or 304 status does not carry a
@@ -633,4 +667,21 @@ func (b *body) Close() error {
 	err := b.rc.Close()
 	b.cancel()
 	return err
+}
+
+// parseRetryAfter reads a Retry-After value (RFC 9110 10.2.3): a number of
+// seconds or an HTTP date. It returns 0 for anything else, or a date in the
+// past; callers bound the result.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now).Round(time.Second)
+	}
+	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // kindError is a sentinel that is also another sentinel, so that one
@@ -74,6 +75,10 @@ type StatusError struct {
 	URL    string // request URL without credentials or query
 	Code   int    // HTTP status code
 	Status string // reason phrase, e.g. "Service Unavailable"
+	// RetryAfter is the Retry-After of a 429 or 503 (delta-seconds or an
+	// HTTP date, as a duration from the answer); 0 when absent, malformed or
+	// in the past.
+	RetryAfter time.Duration
 }
 
 func (e *StatusError) Error() string {

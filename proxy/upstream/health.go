@@ -1,0 +1,293 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Health tracks, per upstream id, whether an upstream is worth asking. An
+// upstream that keeps failing (timeouts, refused or reset connections, 5xx,
+// 429) is marked unhealthy and skipped for a backoff; when it runs out, one
+// trial request at a time is let through, and any success makes the
+// upstream healthy again at once.
+//
+// The backoff starts at Options.InitialBackoff (10s) and doubles on every
+// failed trial up to MaxBackoff (10m). Short first steps suit builds: an
+// upstream that blipped (a restart, a full connection pool) is asked again
+// within the same build, while a dead one costs one trial request every ten
+// minutes at most. Nexus's Fibonacci sequence from 40s to 60min is built for
+// the same trade-off, with a longer first step than a build can wait out. A
+// Retry-After from the upstream lengthens the backoff to what it asked for
+// (bounded by MaxRetryAfter).
+//
+// Failures that cost a client a wait (a timeout, a connection that could not
+// be made or was reset) mark the upstream unhealthy at the first
+// occurrence: every further request would pay the same wait. An error
+// answer (5xx, 429 without Retry-After) marks it after Threshold
+// consecutive ones, since one path can fail on an otherwise working server.
+// A 429 or 503 with Retry-After marks it at once. Health is kept in memory:
+// a restart starts every upstream healthy.
+type Health struct {
+	opt HealthOptions
+
+	mu sync.Mutex
+	m  map[int64]*healthState
+}
+
+// HealthOptions tunes a Health. The zero value takes the defaults.
+type HealthOptions struct {
+	// InitialBackoff is the first backoff after an upstream turns unhealthy.
+	// Default 10s.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the doubling backoff. Default 10m.
+	MaxBackoff time.Duration
+	// MaxRetryAfter caps how long a Retry-After may keep an upstream out.
+	// Default 1h.
+	MaxRetryAfter time.Duration
+	// Threshold is how many consecutive error answers (5xx, 429 without
+	// Retry-After) turn a healthy upstream unhealthy. Default 3.
+	Threshold int
+	// TrialTimeout is how long a trial may go without a verdict before
+	// another request may try: a bound, in case the trial's request never
+	// reports. Default 1m.
+	TrialTimeout time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// OnChange, when set, is called (outside Health's lock) once per
+	// transition between healthy and unhealthy, with the new status.
+	OnChange func(id int64, st HealthStatus)
+}
+
+// Health states.
+const (
+	Healthy   = "healthy"
+	Unhealthy = "unhealthy"
+)
+
+// HealthStatus is an upstream's health as the admin API and the metrics
+// show it.
+type HealthStatus struct {
+	// State is Healthy or Unhealthy.
+	State string
+	// Since is when State last changed; zero when the upstream has been
+	// healthy since registryd started.
+	Since time.Time
+	// LastError is the last failure's short, safe reason ("" when none
+	// since start). It stays after a recovery, as history.
+	LastError string
+	// LastErrorAt is when LastError happened.
+	LastErrorAt time.Time
+	// RetryAt is when the next trial request may go, while Unhealthy.
+	RetryAt time.Time
+	// Failures counts consecutive failures (reset by a success).
+	Failures int
+}
+
+type healthState struct {
+	HealthStatus
+	backoff time.Duration // the current step, while unhealthy
+	trial   time.Time     // when the running trial started; zero when none
+}
+
+// Failure classes for Health.Failure.
+const (
+	// FailHard is a failure that cost a wait: a timeout, a connection
+	// refused or reset. It marks an upstream unhealthy at once.
+	FailHard = iota
+	// FailSoft is an error answer: 5xx, or 429 without Retry-After.
+	FailSoft
+)
+
+// NewHealth returns a Health with every upstream healthy.
+func NewHealth(o HealthOptions) *Health {
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = 10 * time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 10 * time.Minute
+	}
+	if o.MaxBackoff < o.InitialBackoff {
+		o.MaxBackoff = o.InitialBackoff
+	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = time.Hour
+	}
+	if o.Threshold <= 0 {
+		o.Threshold = 3
+	}
+	if o.TrialTimeout <= 0 {
+		o.TrialTimeout = time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Health{opt: o, m: map[int64]*healthState{}}
+}
+
+// Available reports whether a request to upstream id may be sent now: it
+// is healthy, or its backoff is over and no trial runs. It claims nothing;
+// Begin does.
+func (h *Health) Available(id int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.m[id]
+	return st == nil || st.State == Healthy || h.trialOpen(st, h.opt.Now())
+}
+
+func (h *Health) trialOpen(st *healthState, now time.Time) bool {
+	return !now.Before(st.RetryAt) && (st.trial.IsZero() || now.Sub(st.trial) >= h.opt.TrialTimeout)
+}
+
+// Ticket is a permission to send one request, from Begin; report its end
+// with Success, Failure or Done.
+type Ticket struct {
+	id    int64
+	trial bool
+}
+
+// Trial reports whether this request is the one re-testing an unhealthy
+// upstream.
+func (t Ticket) Trial() bool { return t.trial }
+
+// Begin asks to send a request to upstream id now. ok is false while the
+// upstream is unhealthy and its backoff runs, or another trial is out.
+func (h *Health) Begin(id int64) (t Ticket, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.m[id]
+	if st == nil || st.State == Healthy {
+		return Ticket{id: id}, true
+	}
+	now := h.opt.Now()
+	if !h.trialOpen(st, now) {
+		return Ticket{}, false
+	}
+	st.trial = now
+	return Ticket{id: id, trial: true}, true
+}
+
+// Success reports that the request got a proper answer (a file, 304, 404):
+// the upstream is healthy from now on.
+func (h *Health) Success(t Ticket) {
+	h.mu.Lock()
+	st := h.m[t.id]
+	if st == nil {
+		h.mu.Unlock()
+		return
+	}
+	if t.trial {
+		st.trial = time.Time{}
+	}
+	st.Failures = 0
+	if st.State == Healthy {
+		h.mu.Unlock()
+		return
+	}
+	st.State, st.Since, st.RetryAt, st.backoff = Healthy, h.opt.Now(), time.Time{}, 0
+	out := st.HealthStatus
+	h.mu.Unlock()
+	h.changed(t.id, out)
+}
+
+// Done reports that the request ended without a verdict on the upstream
+// (the fill was cancelled at shutdown, the answer was refused as content):
+// a trial may be taken again.
+func (h *Health) Done(t Ticket) {
+	if !t.trial {
+		return
+	}
+	h.mu.Lock()
+	if st := h.m[t.id]; st != nil {
+		st.trial = time.Time{}
+	}
+	h.mu.Unlock()
+}
+
+// Failure reports a failed request: class FailHard or FailSoft, a short safe
+// reason, and the upstream's Retry-After (0 when none).
+func (h *Health) Failure(t Ticket, class int, reason string, retryAfter time.Duration) {
+	now := h.opt.Now()
+	h.mu.Lock()
+	st := h.m[t.id]
+	if st == nil {
+		st = &healthState{HealthStatus: HealthStatus{State: Healthy}}
+		h.m[t.id] = st
+	}
+	if t.trial {
+		st.trial = time.Time{}
+	}
+	st.Failures++
+	st.LastError, st.LastErrorAt = reason, now
+	retryAfter = min(retryAfter, h.opt.MaxRetryAfter)
+	var out HealthStatus
+	changed := false
+	switch {
+	case st.State == Unhealthy && t.trial:
+		// The trial failed: the next step of the backoff.
+		st.backoff = min(st.backoff*2, h.opt.MaxBackoff)
+		st.RetryAt = now.Add(max(st.backoff, retryAfter))
+	case st.State == Unhealthy:
+		// A request that started before the upstream turned unhealthy:
+		// it says nothing new, unless the upstream asked for longer.
+		if until := now.Add(retryAfter); until.After(st.RetryAt) {
+			st.RetryAt = until
+		}
+	case class == FailHard || retryAfter > 0 || st.Failures >= h.opt.Threshold:
+		st.State, st.Since, st.backoff = Unhealthy, now, h.opt.InitialBackoff
+		st.RetryAt = now.Add(max(st.backoff, retryAfter))
+		out, changed = st.HealthStatus, true
+	}
+	h.mu.Unlock()
+	if changed {
+		h.changed(t.id, out)
+	}
+}
+
+func (h *Health) changed(id int64, st HealthStatus) {
+	if h.opt.OnChange != nil {
+		h.opt.OnChange(id, st)
+	}
+}
+
+// Status returns upstream id's health.
+func (h *Health) Status(id int64) HealthStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st := h.m[id]; st != nil {
+		return st.HealthStatus
+	}
+	return HealthStatus{State: Healthy}
+}
+
+// Forget drops what is known of upstream id (it was deleted, or its URL
+// changed): it starts healthy.
+func (h *Health) Forget(id int64) {
+	h.mu.Lock()
+	delete(h.m, id)
+	h.mu.Unlock()
+}
+
+// Classify sorts a request's error for Failure: ok is false for errors that
+// say nothing about the upstream's health (a 404, a 4xx other than 429, an
+// unusable answer, a cancelled request). retryAfter is the upstream's
+// Retry-After of a 429 or 503.
+func Classify(err error) (class int, retryAfter time.Duration, ok bool) {
+	var se *StatusError
+	var ne *NetError
+	switch {
+	case errors.As(err, &se):
+		if se.Code == http.StatusTooManyRequests || se.Code >= 500 {
+			return FailSoft, se.RetryAfter, true
+		}
+		return 0, 0, false
+	case errors.As(err, &ne):
+		if errors.Is(ne.Err, context.Canceled) && !ne.Timeout() {
+			return 0, 0, false
+		}
+		return FailHard, 0, true
+	}
+	return 0, 0, false
+}
