@@ -53,6 +53,10 @@ type Deps struct {
 	GatewaySecret []byte
 	// Now is the clock of freshness decisions; tests inject one. Default time.Now.
 	Now func() time.Time
+	// Health is the upstreams' health, shared with the admin API, which
+	// shows it. Default: a tracker of the proxy's own, built from
+	// Config.Upstreams.
+	Health *upstream.Health
 }
 
 // Sizes of the in-memory resolution caches. Both are validated against
