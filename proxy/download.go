@@ -20,7 +20,8 @@ import (
 // anything (404), then request shape (400), then authentication (401, with
 // the challenge Maven waits for), then authorization (403, or 404 when the
 // registry must stay invisible), then "No upstreams set".
-func (s *Server) download(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
+func (s *Server) download(x *exchange, idb, raw []byte) error {
+	ctx := x.ctx
 	if !s.auth.VirtualRegistryEnabled() {
 		return errGate
 	}
@@ -36,6 +37,7 @@ func (s *Server) download(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
 		return err
 	}
 	pr, err := s.principal(ctx)
+	x.who = pr
 	if err != nil {
 		return err
 	}
@@ -44,7 +46,8 @@ func (s *Server) download(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	return s.resolve(ctx, reg, p, gen)
+	x.reg, x.path = reg, p
+	return s.resolve(x, gen)
 }
 
 // principal authenticates the request for the download surface: personal
@@ -143,6 +146,9 @@ type upstreamView struct {
 	validity     time.Duration // cache_validity_hours; 0 = never stale
 	metaValidity time.Duration // metadata_cache_validity_hours
 	policy       string        // checksum policy: the upstream's own, else upstreams.checksum_policy
+	// How long a 404 is remembered (negative.go), for metadata and for
+	// other files: the upstream's own setting, else the global one.
+	notFoundTTL, metaNotFoundTTL time.Duration
 }
 
 func (r *registryView) upstream(id int64) *upstreamView {
@@ -182,11 +188,22 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 			ep:           upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password},
 			validity:     time.Duration(u.CacheValidityHours) * time.Hour,
 			metaValidity: time.Duration(u.MetadataCacheValidityHours) * time.Hour,
+			notFoundTTL:     minutesOr(u.NotFoundCacheMinutes, s.cfg.Upstreams.NotFoundTTL),
+			metaNotFoundTTL: minutesOr(u.MetadataNotFoundCacheMinutes, s.cfg.Upstreams.MetadataNotFoundTTL),
 		})
+		s.met.series.seenUpstream(u.ID)
 		v.upIDs = append(v.upIDs, u.ID)
 	}
 	s.regs.Add(id, v)
 	return v, nil
+}
+
+// minutesOr is an upstream's optional setting in minutes, else def.
+func minutesOr(m *int, def time.Duration) time.Duration {
+	if m == nil {
+		return def
+	}
+	return time.Duration(*m) * time.Minute
 }
 
 type entryKey struct {
@@ -277,21 +294,34 @@ func (v *entryView) fresh(kind maven.Kind, now time.Time) bool {
 
 // --- resolution ---
 
+// exchange is one download on its way through resolution: what the
+// metrics and the access log record of it.
+type exchange struct {
+	ctx   *fasthttp.RequestCtx
+	start time.Time
+	who   auth.Principal
+	reg   *registryView // nil until the registry is resolved and readable
+	path  maven.Path
+	res   result
+	up    int64      // the upstream whose file, or stored copy, was served; 0 for none
+	miss  *missError // why no upstream served the file, when none did
+}
+
 // maxLookups bounds how often one request looks the cache up again because
 // the cache changed between its lookup and its fetch (see join).
 const maxLookups = 3
 
-// resolve answers p from the cache or the upstreams. A lookup that missed
+// resolve answers x from the cache or the upstreams. A lookup that missed
 // while a flight for the file was storing it finds no flight to join
 // afterwards; join then says to look again (errLookAgain) rather than fetch
 // the file a second time.
-func (s *Server) resolve(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, gen uint64) error {
+func (s *Server) resolve(x *exchange, gen uint64) error {
 	for attempt := 1; ; attempt++ {
 		seen := gen
 		if attempt == maxLookups {
 			seen = anyGen
 		}
-		err := s.resolveOnce(ctx, reg, p, gen, seen)
+		err := s.resolveOnce(x, gen, seen)
 		if err != errLookAgain {
 			return err
 		}
@@ -299,56 +329,67 @@ func (s *Server) resolve(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Pa
 	}
 }
 
-func (s *Server) resolveOnce(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, gen, seen uint64) error {
-	rel := p.EntryRel()
-	v, err := s.lookup(reg, rel, gen)
+func (s *Server) resolveOnce(x *exchange, gen, seen uint64) error {
+	v, err := s.lookup(x.reg, x.path.EntryRel(), gen)
 	if err != nil {
 		return err
 	}
 	if v == nil {
-		s.met.miss.Inc()
-		return s.fetchMiss(ctx, reg, p, 0, seen)
+		return s.fetchMiss(x, 0, seen)
 	}
-	if v.fresh(p.EntryKind(), s.now()) {
-		err := s.serveEntry(ctx, p, v)
+	if v.fresh(x.path.EntryKind(), s.now()) {
+		x.res, x.up = resHit, v.e.UpstreamID
+		err := s.serveEntry(x, v)
 		if errors.Is(err, errBlobGone) {
-			s.met.miss.Inc()
-			return s.fetchMiss(ctx, reg, p, 0, seen)
+			return s.fetchMiss(x, 0, seen)
 		}
-		s.met.hit.Inc()
 		return err
 	}
-	return s.revalidate(ctx, reg, p, v, seen)
+	return s.revalidate(x, v, seen)
 }
 
 // revalidate handles a stale entry: one conditional GET (If-None-Match with
 // the stored ETag; unconditional when none was stored) on the entry's own
-// upstream, shared by every request for the same file. 304, or 200 with the
-// same ETag: the entry is touched and served. 200 otherwise: the new body is
+// upstream, shared by every request for the same file, its wait for an
+// answer bounded by upstreams.check_timeout. 304, or 200 with the same
+// ETag: the entry is touched and served. 200 otherwise: the new body is
 // read whole and verified, then served, and replaces the entry. 404/410:
 // the entry is removed and the file looked up on the other upstreams like a
 // miss. Any other failure (network error, timeout, 5xx, 401/403/429, and an
-// answer the fill refuses: 204, 206, a web page, a checksum mismatch, ...):
-// the stale copy is served, because only a definite, verified answer about
-// the file may replace it.
-func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView, seen uint64) error {
-	if err := s.refusedFor(v.up, p.EntryRel()); err != nil {
-		s.met.staleServed.Inc()
-		return s.serveEntryOrMiss(ctx, reg, p, v)
+// answer the fill refuses: 204, 206, a web page, a checksum mismatch, ...),
+// or an upstream that is unhealthy: the stale copy is served, because only
+// a definite, verified answer about the file may replace it.
+func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) error {
+	rel := x.path.EntryRel()
+	x.up = v.up.id
+	if s.refusedFor(v.up, rel) != nil {
+		x.res = resStale
+		return s.serveEntryOrMiss(x, v)
 	}
-	f := s.join(v.up, p.EntryRel(), v.e.ETag, true, seen)
+	if !s.health.Available(v.up.id) {
+		s.met.skipped.WithLabelValues(v.up.label, skipUnhealthy).Inc()
+		x.res = resStale
+		return s.serveEntryOrMiss(x, v)
+	}
+	f, joined := s.join(v.up, rel, v.e.ETag, true, seen)
 	if f == nil {
 		return errLookAgain
 	}
 	<-f.ready
 	switch f.kind {
 	case flightStreaming:
-		s.met.miss.Inc()
-		return s.serveFlight(ctx, p, f)
+		x.res = resMiss
+		if joined {
+			x.res = resJoin
+		}
+		return s.serveFlight(x, f)
 	case flightNotModified:
 		f.release()
-		s.met.revalidated.Inc()
-		return s.serveEntryOrMiss(ctx, reg, p, v)
+		x.res = resRevalidated
+		if joined {
+			x.res = resJoin
+		}
+		return s.serveEntryOrMiss(x, v)
 	case flightNotFound:
 		if !f.reval {
 			// Joined a plain fetch of the same file (its blob had gone
@@ -356,72 +397,102 @@ func (s *Server) revalidate(ctx *fasthttp.RequestCtx, reg *registryView, p maven
 			s.dropGone(f)
 		}
 		f.release()
-		s.met.miss.Inc()
-		return s.fetchMiss(ctx, reg, p, v.up.id, anyGen)
+		x.up = 0
+		return s.fetchMiss(x, v.up.id, anyGen)
 	}
 	err := f.err
 	f.release()
-	s.met.staleServed.Inc()
-	s.log.Warn("revalidation failed; serving the stale copy", "registry", reg.id, "upstream", v.up.id,
-		"path", v.e.RelativePath, "err", err)
-	return s.serveEntryOrMiss(ctx, reg, p, v)
+	x.res = resStale
+	s.log.Warn("revalidation failed; serving the stale copy", "registry", x.reg.id, "upstream", v.up.id,
+		"path", v.e.RelativePath, "err", failureReason(err))
+	return s.serveEntryOrMiss(x, v)
 }
 
 // serveEntryOrMiss serves v, or fetches the file again when its blob file
 // has gone missing (removed by hand, damaged disk).
-func (s *Server) serveEntryOrMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, v *entryView) error {
-	err := s.serveEntry(ctx, p, v)
+func (s *Server) serveEntryOrMiss(x *exchange, v *entryView) error {
+	err := s.serveEntry(x, v)
 	if errors.Is(err, errBlobGone) {
-		return s.fetchMiss(ctx, reg, p, 0, anyGen)
+		return s.fetchMiss(x, 0, anyGen)
 	}
 	return err
 }
+
+// Reasons of registryd_upstream_skipped_total.
+const (
+	skipUnhealthy = "unhealthy"
+	skipNotFound  = "not_found"
+)
 
 // fetchMiss asks the registry's upstreams in position order, one GET each
 // (sequential, not a parallel HEAD round: the first upstream usually has the
 // file, and a GET answers in one round trip what HEAD+GET answer in two).
 // The first that answers 2xx wins; 404/410 moves on; any other failure is
-// remembered and moves on too. No upstream has it: 404 when every upstream
-// said so, otherwise 502 (504 if all failures were timeouts) naming each
-// failure, because a 404 would make Maven remember "absent" for a file an
-// unreachable upstream may well have. skip is an upstream already known
-// not to have the file (0 for none).
-func (s *Server) fetchMiss(ctx *fasthttp.RequestCtx, reg *registryView, p maven.Path, skip int64, seen uint64) error {
-	rel := p.EntryRel()
+// remembered and moves on too. An upstream remembered not to have the file
+// (the negative cache), one whose answer for it was refused lately, and an
+// unhealthy one are not asked. No upstream has it: 404 when every upstream
+// said so (or is remembered to have said so), otherwise a missError: 502,
+// 504 when all failures were timeouts, or the 429/503 and Retry-After an
+// upstream asked for, naming each failure, because a 404 would make Maven
+// remember "absent" for a file an unreachable upstream may well have. skip
+// is an upstream already known not to have the file (0 for none).
+func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
+	rel := x.path.EntryRel()
+	now := s.now()
+	x.res = resMiss
 	var failures []upstreamFailure
-	for _, up := range reg.ups {
+	asked := false
+	for _, up := range x.reg.ups {
 		if up.id == skip {
+			continue
+		}
+		if s.negative.absent(s.st, up, rel, now) {
+			s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
+			failures = append(failures, upstreamFailure{upstream: up.id, err: errRememberedAbsent})
 			continue
 		}
 		if err := s.refusedFor(up, rel); err != nil {
 			failures = append(failures, upstreamFailure{upstream: up.id, err: err})
 			continue
 		}
-		f := s.join(up, rel, "", false, seen)
+		if !s.health.Available(up.id) {
+			s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
+			failures = append(failures, upstreamFailure{upstream: up.id, err: s.unavailable(up.id)})
+			continue
+		}
+		f, joined := s.join(up, rel, "", false, seen)
 		if f == nil {
 			return errLookAgain
 		}
+		asked = true
 		<-f.ready
 		switch f.kind {
 		case flightStreaming:
-			return s.serveFlight(ctx, p, f)
+			if joined {
+				x.res = resJoin
+			}
+			x.up = up.id
+			return s.serveFlight(x, f)
 		case flightNotModified:
 			// Joined a revalidation of an entry that appeared since the
 			// lookup: it is confirmed, serve it.
 			f.release()
-			if v, err := s.lookup(reg, rel, s.st.CacheGeneration()); err == nil && v != nil {
-				return s.serveEntryOrMiss(ctx, reg, p, v)
+			if v, err := s.lookup(x.reg, rel, s.st.CacheGeneration()); err == nil && v != nil {
+				x.res, x.up = resJoin, v.e.UpstreamID
+				return s.serveEntryOrMiss(x, v)
 			}
 			continue
 		case flightNotFound:
 			f.release()
+			failures = append(failures, upstreamFailure{upstream: up.id, err: errAbsent})
 			continue
 		}
 		failures = append(failures, upstreamFailure{upstream: up.id, err: f.err})
 		f.release()
 	}
-	if len(failures) == 0 {
-		return errFileNotFound
+	x.miss = &missError{failures: failures}
+	if !asked && x.miss.absent() {
+		x.res = resNegative
 	}
-	return &missError{failures: failures}
+	return x.miss
 }

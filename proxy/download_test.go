@@ -496,7 +496,7 @@ func TestStaleIfError(t *testing.T) {
 			// A revalidation answers nothing before a new body is whole and
 			// verified: a reset mid-body is a failure like the others.
 			e.get(jarPath).expect(t, 200).expectBody(t, "cached copy")
-			if e.metric("registryd_cache_lookups_total", "result", "stale_served") != 1 {
+			if e.metric("registryd_cache_lookups_total", "result", "stale") != 1 {
 				t.Error("stale_served not counted")
 			}
 			e.waitFills()

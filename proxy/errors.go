@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -23,6 +24,8 @@ type apiError struct {
 	// challenge adds the Basic challenge Maven and Gradle wait for before
 	// they send credentials.
 	challenge bool
+	// retryAfter, when positive, is sent as Retry-After (seconds).
+	retryAfter int64
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(e.status) + " " + e.body }
@@ -68,23 +71,78 @@ var (
 	errUploadBody      = badRequest("the multipart body could not be read")
 )
 
-// upstreamFailure is one upstream that could not answer a miss.
+// upstreamFailure is one upstream that did not serve a miss, and why.
 type upstreamFailure struct {
 	upstream int64
 	err      error
 }
 
-// missError is a miss that no upstream served while at least one failed
-// (rather than answering 404): 502, or 504 when every failure was a
-// timeout. The message names each upstream by id with a fixed, safe reason.
+// The two ways an upstream does not have a file.
+var (
+	errAbsent           = errors.New("answered 404 Not Found")
+	errRememberedAbsent = errors.New("not found (remembered)")
+)
+
+func isAbsent(err error) bool { return err == errAbsent || err == errRememberedAbsent }
+
+// unavailableError is an upstream skipped because it is unhealthy.
+type unavailableError struct {
+	st  upstream.HealthStatus
+	now time.Time
+}
+
+func (e *unavailableError) Error() string { return e.reason() }
+
+func (e *unavailableError) reason() string {
+	r := "unhealthy, not asked until " + e.st.RetryAt.UTC().Format(time.RFC3339)
+	if e.st.LastError != "" {
+		r += " (last error: " + e.st.LastError + ")"
+	}
+	return r
+}
+
+// retryAfter is how long the upstream asked to be left alone (its
+// Retry-After made the backoff), or 0.
+func (e *unavailableError) retryAfter() time.Duration {
+	if !e.st.RetryAfterAsked || !e.st.RetryAt.After(e.now) {
+		return 0
+	}
+	return e.st.RetryAt.Sub(e.now)
+}
+
+// unavailable is the failure of an upstream skipped as unhealthy.
+func (s *Server) unavailable(id int64) error {
+	return &unavailableError{st: s.health.Status(id), now: s.now()}
+}
+
+// missError is a miss that no upstream served: the upstreams in order,
+// each with why. It answers 404 when every upstream does not have the file
+// (said so now, or is remembered to have said so); otherwise 502, or 504
+// when every failure was a timeout, or the 429 or 503 an upstream answered
+// with a Retry-After (the shortest asked), which Maven and Gradle honour.
 type missError struct{ failures []upstreamFailure }
 
-func (e *missError) Error() string { return "no upstream could serve the file: " + e.reasons() }
+func (e *missError) Error() string { return "no upstream could serve the file: " + e.reasons(false) }
 
-func (e *missError) reasons() string {
+// absent reports whether every upstream does not have the file.
+func (e *missError) absent() bool {
+	for _, f := range e.failures {
+		if !isAbsent(f.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// reasons lists the failures; the 404s only when withAbsent is set (the
+// GitLab-shaped 502 names only the upstreams that failed).
+func (e *missError) reasons(withAbsent bool) string {
 	var b strings.Builder
-	for i, f := range e.failures {
-		if i > 0 {
+	for _, f := range e.failures {
+		if !withAbsent && isAbsent(f.err) {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteString("; ")
 		}
 		b.WriteString("upstream ")
@@ -95,15 +153,50 @@ func (e *missError) reasons() string {
 	return b.String()
 }
 
+// retryAfter finds the shortest Retry-After an upstream asked for in a 429
+// or 503, with that status; 0 when none did.
+func (e *missError) retryAfter() (status int, after time.Duration) {
+	for _, f := range e.failures {
+		var se *upstream.StatusError
+		var ue *unavailableError
+		var code int
+		var d time.Duration
+		switch {
+		case errors.As(f.err, &se) && se.RetryAfter > 0:
+			code, d = se.Code, se.RetryAfter
+		case errors.As(f.err, &ue) && ue.retryAfter() > 0:
+			code, d = fasthttp.StatusServiceUnavailable, ue.retryAfter()
+		default:
+			continue
+		}
+		if after == 0 || d < after {
+			status, after = code, d
+		}
+	}
+	return status, after
+}
+
 func (e *missError) answer() *apiError {
+	if e.absent() {
+		return errFileNotFound
+	}
+	if status, after := e.retryAfter(); after > 0 {
+		text := "429 Too Many Requests"
+		if status == fasthttp.StatusServiceUnavailable {
+			text = "503 Service Unavailable"
+		}
+		ae := message(status, text+" - Upstream not available: "+e.reasons(false))
+		ae.retryAfter = int64((after + time.Second - 1) / time.Second)
+		return ae
+	}
 	status, text := fasthttp.StatusGatewayTimeout, "504 Gateway Timeout"
 	for _, f := range e.failures {
-		if !errors.Is(f.err, upstream.ErrTimeout) {
+		if !isAbsent(f.err) && !errors.Is(f.err, upstream.ErrTimeout) {
 			status, text = fasthttp.StatusBadGateway, "502 Bad Gateway"
 			break
 		}
 	}
-	return message(status, text+" - Upstream not available: "+e.reasons())
+	return message(status, text+" - Upstream not available: "+e.reasons(false))
 }
 
 // failureReason is a short reason that is safe to show a client: the
@@ -114,7 +207,12 @@ func failureReason(err error) string {
 	var ne *upstream.NetError
 	var ae *upstream.AnswerError
 	var re *refusedError
+	var unavail *unavailableError
 	switch {
+	case isAbsent(err):
+		return err.Error()
+	case errors.As(err, &unavail):
+		return unavail.reason()
 	case errors.As(err, &re):
 		return re.reason
 	case errors.As(err, &ae):
@@ -181,7 +279,9 @@ func toAPI(err error) *apiError {
 }
 
 // writeError answers err. An unexpected error is logged with a request id and
-// answered 500 with that id, never with its text.
+// answered 500 with that id, never with its text. A client that accepts
+// application/problem+json (Maven 4's resolver) gets an RFC 9457 problem
+// document instead of GitLab's body (see problem).
 func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	ae := toAPI(err)
 	if ae == nil {
@@ -205,10 +305,18 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	if ae.challenge {
 		ctx.Response.Header.Set("WWW-Authenticate", `Basic realm="registryd"`)
 	}
+	if ae.retryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.FormatInt(ae.retryAfter, 10))
+	}
+	body := ae.body
+	if wantsProblem(ctx.Request.Header.Peek("Accept")) {
+		ctx.SetContentType(problemType)
+		body = problem(ae, err)
+	}
 	if ctx.IsHead() {
 		return
 	}
-	ctx.SetBodyString(ae.body)
+	ctx.SetBodyString(body)
 }
 
 // requestID names one request in the log and in a 500 answer: a random

@@ -63,12 +63,12 @@ func TestFlightReaderRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := e.srv.join(reg.upstream(uid), jarPath, "", false, anyGen)
+	f, _ := e.srv.join(reg.upstream(uid), jarPath, "", false, anyGen)
 	<-f.ready
 	if f.kind != flightStreaming {
 		t.Fatalf("flight kind %d", f.kind)
 	}
-	r := &flightReader{f: f}
+	r := &flightReader{f: f, bytes: e.srv.met.series.bytes(e.registry, resMiss)}
 	defer r.Close()
 	<-up.midBody
 	first := make([]byte, len(body)/2)

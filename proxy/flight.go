@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"registryd/proxy/maven"
@@ -49,6 +50,12 @@ type flight struct {
 	// on any failure, the stored copy is the answer), and a 404 or 410
 	// removes the stored entry.
 	reval bool
+	// ticket is the health tracker's permission for the upstream request,
+	// to report its end with (see Server.judge).
+	ticket upstream.Ticket
+	// freeSlot gives back the upstream's request slot (gate.go) once the
+	// upstream's body is read; safe to call more than once.
+	freeSlot func()
 
 	ready chan struct{} // closed once kind (and the fields below) are set
 	done  chan struct{} // closed once the flight is over
@@ -119,7 +126,7 @@ var errLookAgain = errors.New("the cache changed since the lookup")
 // file. A flight leaves the map only after its entry is committed and the
 // generation bumped, so reading the generation under flightsMu, after
 // finding no flight, cannot miss that. seen == anyGen skips the check.
-func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint64) *flight {
+func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint64) (f *flight, joined bool) {
 	s.flightsMu.Lock()
 	if f, ok := s.flights[flightKey{up.id, rel}]; ok {
 		f.refs.Add(1)
@@ -128,14 +135,14 @@ func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint6
 		if s.onJoin != nil {
 			s.onJoin()
 		}
-		return f
+		return f, true
 	}
 	if seen != anyGen && s.st.CacheGeneration() != seen {
 		s.flightsMu.Unlock()
-		return nil
+		return nil, false
 	}
 	relc := strings.Clone(rel)
-	f := &flight{
+	f = &flight{
 		s: s, key: flightKey{up.id, relc}, relSlash: "/" + relc, up: up, etag: etag, reval: reval,
 		ready: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}),
 		digested: make(chan struct{}), size: -1,
@@ -145,14 +152,14 @@ func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint6
 		f.refs.Store(1)
 		f.decide(flightFailed, errShutdown)
 		close(f.done)
-		return f
+		return f, false
 	}
 	f.refs.Store(2) // the caller and the fill
 	s.flights[f.key] = f
 	s.fills.Add(1)
 	s.flightsMu.Unlock()
 	go s.fill(f)
-	return f
+	return f, false
 }
 
 func (s *Server) inflight() int {
@@ -324,6 +331,30 @@ func (s *Server) fill(f *flight) {
 	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
 	defer cancel()
 
+	// Wait for a slot of the upstream's cap, then for the health tracker's
+	// leave: an upstream that turned unhealthy while this fill queued is
+	// not asked.
+	release, err := s.gates.acquire(ctx, f.up.id)
+	defer release()
+	f.freeSlot = release
+	if err != nil {
+		if s.fillCtx.Err() != nil {
+			err = errShutdown
+		}
+		f.decide(flightFailed, err)
+		f.finish(store.CacheEntry{}, nil)
+		return
+	}
+	tk, ok := s.health.Begin(f.up.id)
+	if !ok {
+		s.met.skipped.WithLabelValues(f.up.label, skipUnhealthy).Inc()
+		f.decide(flightFailed, s.unavailable(f.up.id))
+		f.finish(store.CacheEntry{}, nil)
+		return
+	}
+	f.ticket = tk
+	epoch := s.st.ForgetEpoch(f.up.id)
+
 	start := time.Now()
 	var temp *pendingTemp
 	if !f.reval {
@@ -336,7 +367,15 @@ func (s *Server) fill(f *flight) {
 		temp.drop()
 		f.finish(store.CacheEntry{}, nil)
 	}
-	resp, err := s.up.Get(ctx, f.up.ep, f.key.rel, f.etag)
+	get := s.up.Get
+	if f.reval {
+		get = s.up.Revalidate
+	}
+	resp, err := get(ctx, f.up.ep, f.key.rel, f.etag)
+	if s.fillCtx.Err() != nil && err != nil {
+		err = errShutdown
+	}
+	s.judge(tk, err)
 	if err != nil {
 		s.met.upstream(f.up, outcomeOf(err), start)
 		switch {
@@ -344,6 +383,7 @@ func (s *Server) fill(f *flight) {
 			if f.reval {
 				s.dropGone(f)
 			}
+			s.negative.remember(s.st, f.up, f.key.rel, epoch, s.now())
 			noBody(flightNotFound, nil)
 		case errors.Is(err, upstream.ErrBadAnswer):
 			noBody(flightFailed, s.refuse(f, err))
@@ -434,9 +474,10 @@ func (s *Server) fill(f *flight) {
 		s.failBody(f, err)
 		return
 	}
-	// The upstream connection goes back to the pool before the hashing
-	// and the fsync.
+	// The upstream connection goes back to the pool, and its slot to the
+	// next request, before the hashing and the fsync.
 	resp.Body.Close()
+	f.freeSlot()
 	// With checksums to check, the last byte waits for the digests: no
 	// client may hold a complete-looking body that does not match them. A
 	// revalidation answers nothing before its body is verified, the stored
@@ -484,6 +525,7 @@ func (s *Server) fill(f *flight) {
 // publish makes the verified body of f the cache entry of its upstream and
 // path.
 func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
+	s.negative.forget(f.up.id, f.key.rel)
 	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
 		UpstreamID:   f.up.id,
 		RelativePath: f.relSlash,
@@ -509,6 +551,11 @@ func (s *Server) failBody(f *flight, err error) {
 		err = errShutdown
 	}
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
+	if _, after, ok := upstream.Classify(err); ok {
+		// The body broke (reset, idle timeout, cut short): the answer's
+		// headers counted as a success; this counts as an error answer.
+		s.health.Failure(f.ticket, upstream.FailSoft, failureReason(err), after)
+	}
 	switch {
 	case refusal(err):
 		s.refuse(f, err)
@@ -617,6 +664,7 @@ func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 		return
 	}
 	resp.Body.Close()
+	f.freeSlot()
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
 	s.met.fetched.Add(float64(len(body)))
 	f.mem, f.written, f.complete = body, f.size, true
@@ -792,6 +840,7 @@ func outcomeOf(err error) string {
 // holds a complete-looking 200 of a body the upstream did not send whole.
 type flightReader struct {
 	f       *flight
+	bytes   prometheus.Counter // registryd_proxy_served_bytes_total of the request
 	off     int64
 	counted bool
 	// src is this reader's own descriptor of the temp file, for sendfile,
@@ -845,7 +894,7 @@ func (r *flightReader) Read(p []byte) (int, error) {
 	n := int(min(int64(len(p)), avail-r.off))
 	n, err = r.f.file.ReadAt(p[:n], r.off)
 	r.off += int64(n)
-	r.f.s.met.served.Add(float64(n))
+	r.bytes.Add(float64(n))
 	if err != nil && !errors.Is(err, io.EOF) {
 		return n, err
 	}
@@ -885,7 +934,7 @@ func (r *flightReader) WriteTo(w io.Writer) (int64, error) {
 		}
 		r.off += n
 		sent += n
-		r.f.s.met.served.Add(float64(n))
+		r.bytes.Add(float64(n))
 		if err != nil {
 			return sent, err
 		}

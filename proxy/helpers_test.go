@@ -332,12 +332,15 @@ func (e *env) waitFills() {
 }
 
 // counter reads a counter or gauge of the env's registry.
+// metric sums the series of name whose labels include the given
+// name/value pairs.
 func (e *env) metric(name string, labels ...string) float64 {
 	e.t.Helper()
 	mfs, err := e.reg.Gather()
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	sum := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -357,13 +360,13 @@ func (e *env) metric(name string, labels ...string) float64 {
 			}
 			switch {
 			case m.Counter != nil:
-				return m.Counter.GetValue()
+				sum += m.Counter.GetValue()
 			case m.Gauge != nil:
-				return m.Gauge.GetValue()
+				sum += m.Gauge.GetValue()
 			}
 		}
 	}
-	return 0
+	return sum
 }
 
 // gatewayToken signs an HS256 JWT with the given claims.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"registryd/proxy/upstream"
 	"registryd/store"
 )
 
@@ -32,10 +33,12 @@ const (
 type metrics struct {
 	requests     *prometheus.CounterVec
 	lookups      *prometheus.CounterVec
+	servedBytes  *prometheus.CounterVec
+	saved        *prometheus.CounterVec
 	upstreamReqs *prometheus.CounterVec
 	upstreamDur  *prometheus.HistogramVec
 	refusals     *prometheus.CounterVec
-	served       prometheus.Counter
+	skipped      *prometheus.CounterVec
 	fetched      prometheus.Counter
 	joins        prometheus.Counter
 	flushErrors  prometheus.Counter
@@ -47,7 +50,11 @@ type metrics struct {
 	collectorFreed   prometheus.Counter
 	collectorErrors  prometheus.Counter
 
-	hit, miss, revalidated, staleServed prometheus.Counter
+	// series caches the labelled download counters of each registry and
+	// (registry, upstream) pair, so a hit neither hashes labels nor
+	// allocates; series.prune drops those of deleted registries and
+	// upstreams.
+	series seriesCache
 
 	// byCode caches requests{route, code} counters, indexed by route and
 	// status code, so counting a request neither hashes labels nor allocates.
@@ -67,6 +74,15 @@ type gauges struct {
 	inflight func() int
 	pending  func() int
 	memory   func() int64
+	// catalog lists the registries and upstreams that exist; nil leaves
+	// series of deleted ones alone (tests without a store).
+	catalog func() (store.Catalog, error)
+	// health is an upstream's health, for registryd_upstream_healthy.
+	health func(id int64) upstream.HealthStatus
+	// gates is the load of each upstream's request cap.
+	gates func() map[int64]gateLoad
+	// negatives is the size of the negative cache.
+	negatives func() int
 }
 
 func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
@@ -78,9 +94,24 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		}, []string{"route", "code"}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "cache", Name: "lookups_total",
-			Help: "Cache lookups of downloads by result: hit (fresh), miss (fetched from an upstream), " +
-				"revalidated (stale, unchanged upstream), stale_served (stale, upstream failed).",
-		}, []string{"result"}),
+			Help: "Downloads by registry id, upstream id (the one whose file was served; empty when none), " +
+				"kind (artifact, metadata, checksum) and result: hit (fresh entry), miss (asked the upstreams), " +
+				"join (shared a fetch already in flight), negative (every upstream remembered not to have it), " +
+				"stale (stored copy served, upstream failed or unhealthy), revalidated (stale, upstream confirmed it).",
+		}, []string{"registry", "upstream", "kind", "result"}),
+		servedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "proxy", Name: "served_bytes_total",
+			Help: "Body bytes sent to download clients, by registry id and result (as in registryd_cache_lookups_total).",
+		}, []string{"registry", "result"}),
+		saved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "upstream_requests_saved_total",
+			Help: "Downloads answered without an upstream request of their own (hits, joins, negatives), by registry id.",
+		}, []string{"registry"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "skipped_total",
+			Help: "Upstream requests not sent, by upstream id and reason: unhealthy (backing off), " +
+				"not_found (remembered 404, the negative cache).",
+		}, []string{"upstream", "reason"}),
 		upstreamReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "requests_total",
 			Help: "Upstream GET requests by upstream id and outcome (ok, not_modified, not_found, " +
@@ -97,10 +128,6 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 				"unsolicited 206, other 2xx, an encoding not decoded, a body longer than its Content-Length), " +
 				"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable.",
 		}, []string{"upstream", "reason"}),
-		served: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: "proxy", Name: "served_bytes_total",
-			Help: "Body bytes sent to download clients, from the cache and from fills.",
-		}),
 		fetched: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "fetched_bytes_total",
 			Help: "Body bytes read from upstreams by fills.",
@@ -139,13 +166,9 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Help: "Collector batches that failed.",
 		}),
 	}
-	m.hit = m.lookups.WithLabelValues("hit")
-	m.miss = m.lookups.WithLabelValues("miss")
-	m.revalidated = m.lookups.WithLabelValues("revalidated")
-	m.staleServed = m.lookups.WithLabelValues("stale_served")
-
+	m.series.m = m
 	cs := []prometheus.Collector{
-		m.requests, m.lookups, m.upstreamReqs, m.upstreamDur, m.refusals, m.served, m.fetched, m.joins,
+		m.requests, m.upstreamDur, m.fetched, m.joins,
 		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -176,6 +199,13 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "cache", Name: "memory_bytes",
 			Help: "Bytes of small cached files also held in memory (cache.memory_bytes bounds it).",
 		}, func() float64 { return float64(g.memory()) }),
+	}
+	if g.catalog != nil {
+		// The per-registry and per-upstream series go through the catalog
+		// collector, which prunes those of deleted ones before each scrape.
+		cs = append(cs, &catalogCollector{m: m, g: g})
+	} else {
+		cs = append(cs, m.lookups, m.servedBytes, m.saved, m.upstreamReqs, m.refusals, m.skipped)
 	}
 	if reg == nil {
 		return m, nil

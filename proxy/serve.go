@@ -46,9 +46,10 @@ func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // serveEntry answers from a cached entry: the file (GET, HEAD, Range) or,
 // for a checksum sidecar, the stored digest of the entry.
-func (s *Server) serveEntry(ctx *fasthttp.RequestCtx, p maven.Path, v *entryView) error {
+func (s *Server) serveEntry(x *exchange, v *entryView) error {
+	ctx, p := x.ctx, x.path
 	if p.Kind == maven.Checksum {
-		return s.serveDigest(ctx, p, &v.e)
+		return s.serveDigest(x, &v.e)
 	}
 	h := &ctx.Response.Header
 	h.SetContentType(v.contentType)
@@ -94,7 +95,7 @@ func (s *Server) serveEntry(ctx *fasthttp.RequestCtx, p maven.Path, v *entryView
 		}
 		// The bytes are shared and immutable: fasthttp writes them without a copy.
 		ctx.Response.SetBodyRaw(b[start : start+n])
-		s.met.served.Add(float64(n))
+		s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
 		s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 		return nil
 	}
@@ -111,7 +112,7 @@ func (s *Server) serveEntry(ctx *fasthttp.RequestCtx, p maven.Path, v *entryView
 	body := fileBodies.Get().(*fileBody)
 	body.f, body.lr = f, io.LimitedReader{R: f, N: n}
 	ctx.SetBodyStream(body, int(n))
-	s.met.served.Add(float64(n))
+	s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
 	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 	return nil
 }
@@ -129,7 +130,8 @@ func (s *Server) blobError(v *entryView, err error) error {
 
 // serveDigest answers a checksum sidecar from the digests stored with its
 // parent entry, never from an upstream's sidecar file.
-func (s *Server) serveDigest(ctx *fasthttp.RequestCtx, p maven.Path, e *store.CacheEntry) error {
+func (s *Server) serveDigest(x *exchange, e *store.CacheEntry) error {
+	ctx, p := x.ctx, x.path
 	var d string
 	switch p.Algo {
 	case maven.SHA1:
@@ -154,7 +156,7 @@ func (s *Server) serveDigest(ctx *fasthttp.RequestCtx, p maven.Path, e *store.Ca
 		return nil
 	}
 	ctx.SetBodyString(d)
-	s.met.served.Add(float64(len(d)))
+	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(d)))
 	s.downloads.add(e.UpstreamID, e.RelativePath, s.now())
 	return nil
 }
@@ -165,7 +167,8 @@ func (s *Server) serveDigest(ctx *fasthttp.RequestCtx, p maven.Path, e *store.Ca
 // Range is not honoured here (the whole file comes with 200, as RFC 9110
 // allows). A checksum sidecar, and a HEAD of a streamed body, wait for the
 // fill to finish and answer from the stored entry.
-func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) error {
+func (s *Server) serveFlight(x *exchange, f *flight) error {
+	ctx, p := x.ctx, x.path
 	head := ctx.IsHead()
 	// A HEAD must not vouch for a body that is still arriving (its
 	// checksums unchecked, its length unproven): unless the body is whole
@@ -177,7 +180,7 @@ func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) 
 			return err
 		}
 		if p.Kind == maven.Checksum {
-			return s.serveDigest(ctx, p, &e)
+			return s.serveDigest(x, &e)
 		}
 		h := &ctx.Response.Header
 		h.SetContentType(f.ctype)
@@ -208,7 +211,7 @@ func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) 
 		// Complete and immutable: fasthttp writes it with the headers, in
 		// one write, without a copy.
 		ctx.Response.SetBodyRaw(f.mem)
-		s.met.served.Add(float64(len(f.mem)))
+		s.met.series.bytes(x.reg.id, x.res).Add(float64(len(f.mem)))
 		f.countSent()
 		f.release()
 		return nil
@@ -217,7 +220,7 @@ func (s *Server) serveFlight(ctx *fasthttp.RequestCtx, p maven.Path, f *flight) 
 	// waiting on a slow upstream sees the answer start, and a fill that
 	// breaks early still ends a 200 short rather than as a bare hang-up.
 	ctx.Response.ImmediateHeaderFlush = true
-	ctx.SetBodyStream(&flightReader{f: f}, int(f.size))
+	ctx.SetBodyStream(&flightReader{f: f, bytes: s.met.series.bytes(x.reg.id, x.res)}, int(f.size))
 	return nil
 }
 

@@ -35,6 +35,9 @@ import (
 // Fetcher is what the proxy needs of the upstream client.
 type Fetcher interface {
 	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+	// Revalidate is Get with the wait for headers bounded by
+	// upstreams.check_timeout.
+	Revalidate(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
 	// GetChecksum fetches relPath's .sha1, for the require checksum policy.
 	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
 }
@@ -87,6 +90,10 @@ type Server struct {
 	entries *lru.Cache[entryKey, *entryView]
 	refused *lru.Cache[flightKey, refusedMark] // answers refused lately, see refusedFor
 	small   *smallBlobs                        // nil when disabled
+
+	health   *upstream.Health // which upstreams are worth asking
+	gates    *gates           // the cap of requests out to each upstream
+	negative *negativeCache   // (upstream, path) pairs remembered absent
 
 	flightsMu sync.Mutex
 	flights   map[flightKey]*flight
@@ -147,6 +154,14 @@ func New(d Deps) (*Server, error) {
 	if s.refused, err = lru.New[flightKey, refusedMark](refusedCacheSize); err != nil {
 		return nil, err
 	}
+	s.health = d.Health
+	if s.health == nil {
+		s.health = NewHealth(d.Config, d.Logger, d.Now)
+	}
+	s.gates = newGates(d.Config.Upstreams.MaxConcurrentRequests)
+	if s.negative, err = newNegativeCache(); err != nil {
+		return nil, err
+	}
 	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {
 		return nil, err
 	}
@@ -156,6 +171,10 @@ func New(d Deps) (*Server, error) {
 		inflight: s.inflight,
 		pending:  s.downloads.pending,
 		memory:   s.small.held,
+		catalog:  d.Store.Catalog,
+		health:   s.health.Status,
+		gates:    s.gates.load,
+		negatives: s.negative.len,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
@@ -278,22 +297,27 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// fasthttp does not recover a panicking handler: the whole daemon would
 	// go down with one bad request. A panic is answered like any unexpected
 	// error: a logged request id and a 500 that shows nothing internal.
+	x := exchange{ctx: ctx, start: time.Now()}
 	defer func() {
 		if rec := recover(); rec != nil {
 			s.writeError(ctx, fmt.Errorf("panic: %v", rec))
 			s.met.request(rOther, ctx.Response.StatusCode())
 		}
 	}()
-	r, err := s.route(ctx)
+	r, err := s.route(&x)
 	if err != nil {
 		s.writeError(ctx, err)
 	}
 	s.met.request(r, ctx.Response.StatusCode())
+	if x.reg != nil && x.res != resNone {
+		s.met.series.lookup(x.reg.id, x.up, x.path.Kind, x.res)
+	}
 }
 
 // route dispatches on the raw path (never fasthttp's decoded, normalised
 // Path: proxy/maven judges the bytes as sent).
-func (s *Server) route(ctx *fasthttp.RequestCtx) (route, error) {
+func (s *Server) route(x *exchange) (route, error) {
+	ctx := x.ctx
 	path := rawPath(ctx)
 	rest, ok := bytes.CutPrefix(path, downloadPrefix)
 	if !ok {
@@ -307,7 +331,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) (route, error) {
 	}
 	switch {
 	case ctx.IsGet() || ctx.IsHead():
-		return rDownload, s.download(ctx, id, tail)
+		return rDownload, s.download(x, id, tail)
 	case ctx.IsPost():
 		if bytes.Equal(tail, uploadSuffix) {
 			return rUpload, s.upload(ctx, id, nil)

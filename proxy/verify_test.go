@@ -281,7 +281,7 @@ func TestBadAnswersOnARevalidation(t *testing.T) {
 				if !ok || after.SHA256 != before.SHA256 {
 					t.Fatalf("the good copy was replaced or removed: %+v, %v", after, ok)
 				}
-				if n := e.metric("registryd_cache_lookups_total", "result", "stale_served"); n != 1 {
+				if n := e.metric("registryd_cache_lookups_total", "result", "stale"); n != 1 {
 					t.Fatalf("stale_served %v, want 1", n)
 				}
 				e.noBrokenState()

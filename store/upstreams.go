@@ -57,6 +57,11 @@ type Upstream struct {
 	// ChecksumPolicy overrides the global checksum policy for this upstream
 	// (one of the Checksum* policies); "" follows the global default.
 	ChecksumPolicy string `json:"checksum_policy,omitempty"`
+	// NotFoundCacheMinutes overrides upstreams.not_found_ttl for this
+	// upstream (0 = do not remember absence); nil follows the global default.
+	NotFoundCacheMinutes *int `json:"not_found_cache_minutes,omitempty"`
+	// MetadataNotFoundCacheMinutes overrides upstreams.metadata_not_found_ttl.
+	MetadataNotFoundCacheMinutes *int `json:"metadata_not_found_cache_minutes,omitempty"`
 }
 
 // RegistryUpstream places an upstream at a position of a registry.

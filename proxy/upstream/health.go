@@ -84,6 +84,9 @@ type HealthStatus struct {
 	RetryAt time.Time
 	// Failures counts consecutive failures (reset by a success).
 	Failures int
+	// RetryAfterAsked says RetryAt is the upstream's own Retry-After, not
+	// only the backoff.
+	RetryAfterAsked bool
 }
 
 type healthState struct {
@@ -186,7 +189,7 @@ func (h *Health) Success(t Ticket) {
 		h.mu.Unlock()
 		return
 	}
-	st.State, st.Since, st.RetryAt, st.backoff = Healthy, h.opt.Now(), time.Time{}, 0
+	st.State, st.Since, st.RetryAt, st.backoff, st.RetryAfterAsked = Healthy, h.opt.Now(), time.Time{}, 0, false
 	out := st.HealthStatus
 	h.mu.Unlock()
 	h.changed(t.id, out)
@@ -229,15 +232,17 @@ func (h *Health) Failure(t Ticket, class int, reason string, retryAfter time.Dur
 		// The trial failed: the next step of the backoff.
 		st.backoff = min(st.backoff*2, h.opt.MaxBackoff)
 		st.RetryAt = now.Add(max(st.backoff, retryAfter))
+		st.RetryAfterAsked = retryAfter > st.backoff
 	case st.State == Unhealthy:
 		// A request that started before the upstream turned unhealthy:
 		// it says nothing new, unless the upstream asked for longer.
 		if until := now.Add(retryAfter); until.After(st.RetryAt) {
-			st.RetryAt = until
+			st.RetryAt, st.RetryAfterAsked = until, true
 		}
 	case class == FailHard || retryAfter > 0 || st.Failures >= h.opt.Threshold:
 		st.State, st.Since, st.backoff = Unhealthy, now, h.opt.InitialBackoff
 		st.RetryAt = now.Add(max(st.backoff, retryAfter))
+		st.RetryAfterAsked = retryAfter > st.backoff
 		out, changed = st.HealthStatus, true
 	}
 	h.mu.Unlock()
@@ -270,7 +275,9 @@ func (h *Health) Forget(id int64) {
 	h.mu.Unlock()
 }
 
-// Classify sorts a request's error for Failure: ok is false for errors that
+// Classify sorts a request's error for Failure (a failure before the
+// answer's headers; a body that breaks after them is FailSoft whatever the
+// cause, the server having answered): ok is false for errors that
 // say nothing about the upstream's health (a 404, a 4xx other than 429, an
 // unusable answer, a cancelled request). retryAfter is the upstream's
 // Retry-After of a 429 or 503.
@@ -284,8 +291,12 @@ func Classify(err error) (class int, retryAfter time.Duration, ok bool) {
 		}
 		return 0, 0, false
 	case errors.As(err, &ne):
-		if errors.Is(ne.Err, context.Canceled) && !ne.Timeout() {
+		switch {
+		case errors.Is(ne.Err, context.Canceled) && !ne.Timeout():
 			return 0, 0, false
+		case errors.Is(ne, ErrTooManyRedirects):
+			// The server answers, with a loop: an error answer.
+			return FailSoft, 0, true
 		}
 		return FailHard, 0, true
 	}
