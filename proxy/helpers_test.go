@@ -109,7 +109,8 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 	e.srv, err = New(Deps{
 		Config: cfg, Store: st, Blobs: blobs, Auth: auth.New(st, cfg, clock.Now),
 		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
-			ConnectTimeout: cfg.Upstreams.ConnectTimeout, HeaderTimeout: cfg.Upstreams.HeaderTimeout}),
+			ConnectTimeout: cfg.Upstreams.ConnectTimeout, HeaderTimeout: cfg.Upstreams.HeaderTimeout,
+			CheckTimeout: cfg.Upstreams.CheckTimeout}),
 		Registerer: reg, GatewaySecret: e.secret, Now: clock.Now,
 	})
 	if err != nil {
