@@ -182,12 +182,12 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 			policy = s.cfg.Upstreams.ChecksumPolicy
 		}
 		v.ups = append(v.ups, &upstreamView{
-			policy:       policy,
-			id:           u.ID,
-			label:        strconv.FormatInt(u.ID, 10),
-			ep:           upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password},
-			validity:     time.Duration(u.CacheValidityHours) * time.Hour,
-			metaValidity: time.Duration(u.MetadataCacheValidityHours) * time.Hour,
+			policy:          policy,
+			id:              u.ID,
+			label:           strconv.FormatInt(u.ID, 10),
+			ep:              upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password},
+			validity:        time.Duration(u.CacheValidityHours) * time.Hour,
+			metaValidity:    time.Duration(u.MetadataCacheValidityHours) * time.Hour,
 			notFoundTTL:     minutesOr(u.NotFoundCacheMinutes, s.cfg.Upstreams.NotFoundTTL),
 			metaNotFoundTTL: minutesOr(u.MetadataNotFoundCacheMinutes, s.cfg.Upstreams.MetadataNotFoundTTL),
 		})

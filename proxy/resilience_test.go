@@ -333,7 +333,7 @@ func TestDownloadMetrics(t *testing.T) {
 	}
 	e.waitFills()
 	e.get(jarPath).expect(t, 200)
-	e.get(jarPath + ".sha1").expect(t, 200)
+	e.get(jarPath+".sha1").expect(t, 200)
 	e.get("org/none/x/1/x-1.pom").expect(t, 404)
 	e.get("org/none/x/1/x-1.pom").expect(t, 404)
 
@@ -406,4 +406,3 @@ func (e *env) hasSeries(name, label, value string) bool {
 	}
 	return false
 }
-

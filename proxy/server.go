@@ -166,14 +166,14 @@ func New(d Deps) (*Server, error) {
 		return nil, err
 	}
 	s.met, err = newMetrics(d.Registerer, gauges{
-		blobs:    d.Blobs.Stats,
-		cache:    d.Store.CacheStats,
-		inflight: s.inflight,
-		pending:  s.downloads.pending,
-		memory:   s.small.held,
-		catalog:  d.Store.Catalog,
-		health:   s.health.Status,
-		gates:    s.gates.load,
+		blobs:     d.Blobs.Stats,
+		cache:     d.Store.CacheStats,
+		inflight:  s.inflight,
+		pending:   s.downloads.pending,
+		memory:    s.small.held,
+		catalog:   d.Store.Catalog,
+		health:    s.health.Status,
+		gates:     s.gates.load,
 		negatives: s.negative.len,
 	})
 	if err != nil {
