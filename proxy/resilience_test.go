@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -25,47 +26,79 @@ func files(n int) []string {
 	return out
 }
 
-// A build behind a hung first upstream pays one header timeout, not one
-// per file: the first request marks the upstream unhealthy (and is not
-// retried), the next ones skip it at once; after the backoff one trial
-// finds it repaired and it is used again.
-func TestHungUpstreamCostsOneTimeout(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Upstreams.HeaderTimeout = 300 * time.Millisecond })
-	hung, good := newFakeUpstream(t), newFakeUpstream(t)
-	paths := files(6)
-	for _, p := range paths {
-		hung.set(p, fakeFile{custom: hang})
-		good.set(p, fakeFile{body: jarBytes(p, 2048)})
+// resetConn closes the connection with a TCP reset before any answer.
+func resetConn(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
 	}
-	hid := e.upstream(hung.URL, nil, nil)
-	e.upstream(good.URL, nil, nil)
+}
 
-	for _, p := range paths[:5] {
-		e.get(p).expect(t, 200).expectBody(t, string(jarBytes(p, 2048)))
-	}
-	if n := hung.total(); n != 1 {
-		t.Fatalf("the hung upstream got %d requests for 5 files, want 1 (no retry after a timeout, then skipped)", n)
-	}
-	if st := e.srv.health.Status(hid); st.State != "unhealthy" || st.LastError != "Connection timeout" {
-		t.Fatalf("health %+v", st)
-	}
-	if n := e.metric("registryd_upstream_skipped_total", "upstream", strconv.FormatInt(hid, 10), "reason", "unhealthy"); n != 4 {
-		t.Fatalf("skipped %v, want 4", n)
-	}
-	if n := e.metric("registryd_upstream_healthy", "upstream", strconv.FormatInt(hid, 10)); n != 0 {
-		t.Fatalf("registryd_upstream_healthy %v, want 0", n)
-	}
+// A build behind a broken first upstream (hung, resetting, refusing
+// connections) pays for it once, not once per file: the first request
+// marks the upstream unhealthy (a timed-out request is not retried), the
+// next ones skip it at once; after the backoff one trial finds it repaired
+// and it is used again.
+func TestBrokenUpstreamCostsOneFailure(t *testing.T) {
+	for _, c := range []struct {
+		name, lastError string
+		handler         func(http.ResponseWriter, *http.Request)
+		down            bool
+	}{
+		{name: "hang", lastError: "Connection timeout", handler: hang},
+		{name: "reset", lastError: "Connection reset by peer", handler: resetConn},
+		{name: "refused", lastError: "Connection refused", down: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) { c.Upstreams.HeaderTimeout = 300 * time.Millisecond })
+			broken, good := newFakeUpstream(t), newFakeUpstream(t)
+			paths := files(6)
+			for _, p := range paths {
+				broken.set(p, fakeFile{custom: c.handler})
+				good.set(p, fakeFile{body: jarBytes(p, 2048)})
+			}
+			url := broken.URL
+			if c.down {
+				url = downURL(t)
+			}
+			hid := e.upstream(url, nil, nil)
+			e.upstream(good.URL, nil, nil)
 
-	// Repaired; once the backoff (10s) is over, the next miss is its trial.
-	last := paths[5]
-	hung.set(last, fakeFile{body: []byte("from the first upstream")})
-	e.clock.Advance(11 * time.Second)
-	e.get(last).expect(t, 200).expectBody(t, "from the first upstream")
-	if st := e.srv.health.Status(hid); st.State != "healthy" {
-		t.Fatalf("after a good trial: %+v", st)
-	}
-	if n := e.metric("registryd_upstream_healthy", "upstream", strconv.FormatInt(hid, 10)); n != 1 {
-		t.Fatalf("registryd_upstream_healthy %v, want 1", n)
+			for _, p := range paths[:5] {
+				e.get(p).expect(t, 200).expectBody(t, string(jarBytes(p, 2048)))
+			}
+			// net/http may retry a request that died on a kept-alive
+			// connection before any answer, once, on a new connection; a
+			// timed-out one never.
+			if n := broken.total(); n > 2 || (c.handler != nil && n < 1) || (c.name == "hang" && n != 1) {
+				t.Fatalf("the broken upstream got %d requests for 5 files", n)
+			}
+			if st := e.srv.health.Status(hid); st.State != "unhealthy" || st.LastError != c.lastError {
+				t.Fatalf("health %+v", st)
+			}
+			if n := e.metric("registryd_upstream_skipped_total", "upstream", strconv.FormatInt(hid, 10), "reason", "unhealthy"); n != 4 {
+				t.Fatalf("skipped %v, want 4", n)
+			}
+			if n := e.metric("registryd_upstream_healthy", "upstream", strconv.FormatInt(hid, 10)); n != 0 {
+				t.Fatalf("registryd_upstream_healthy %v, want 0", n)
+			}
+			if c.down {
+				return
+			}
+
+			// Repaired; once the backoff (10s) is over, the next miss is its trial.
+			last := paths[5]
+			broken.set(last, fakeFile{body: []byte("from the first upstream")})
+			e.clock.Advance(11 * time.Second)
+			e.get(last).expect(t, 200).expectBody(t, "from the first upstream")
+			if st := e.srv.health.Status(hid); st.State != "healthy" {
+				t.Fatalf("after a good trial: %+v", st)
+			}
+			if n := e.metric("registryd_upstream_healthy", "upstream", strconv.FormatInt(hid, 10)); n != 1 {
+				t.Fatalf("registryd_upstream_healthy %v, want 1", n)
+			}
+		})
 	}
 }
 
