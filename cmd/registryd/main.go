@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -139,6 +140,20 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		Logger:            log,
 	})
 	defer upClient.CloseIdleConnections()
+	// One health tracker for both listeners: the proxy reports to it and
+	// skips unhealthy upstreams, the admin API shows it. TrialTimeout is
+	// connect + header timeout: by then the client has an answer or an error
+	// for the trial, so a trial still without a verdict lost its report, and
+	// another request may re-test instead of the upstream staying out. A
+	// trial that legitimately runs longer (a redirect chain) costs at worst
+	// one extra request, whose report Health tells apart.
+	health := upstream.NewHealth(upstream.HealthOptions{
+		InitialBackoff: cfg.Upstreams.Backoff,
+		MaxBackoff:     cfg.Upstreams.MaxBackoff,
+		Threshold:      cfg.Upstreams.FailureThreshold,
+		TrialTimeout:   cfg.Upstreams.ConnectTimeout + cfg.Upstreams.HeaderTimeout,
+		OnChange:       healthLog(log),
+	})
 
 	// Temp files of fills cut short by a crash go first; then blob files
 	// that no entry refers to (a crash between a collector commit and its
@@ -180,13 +195,13 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		}
 		return nil
 	}
-	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Logger: log,
-		Registerer: reg, Gatherer: reg, Ready: ready})
+	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready})
 	if err != nil {
 		return err
 	}
 	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
-		Logger: log, Registerer: reg, GatewaySecret: gwSecret})
+		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret})
 	if err != nil {
 		return err
 	}
@@ -236,6 +251,30 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	proxySrv.StopCollector()
 	log.Info("registryd stopped")
 	return runErr
+}
+
+// healthLog writes one line per upstream health transition: a warning when
+// an upstream is skipped from now on (why, and until when), a line when it
+// is back (and how long it was out).
+func healthLog(log *slog.Logger) func(int64, upstream.HealthStatus) {
+	var mu sync.Mutex
+	down := map[int64]time.Time{}
+	return func(id int64, st upstream.HealthStatus) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st.State == upstream.Unhealthy {
+			down[id] = st.Since
+			log.Warn("upstream unhealthy", "upstream", id, "last_error", st.LastError,
+				"retry_at", st.RetryAt.UTC().Format(time.RFC3339), "backoff", st.RetryAt.Sub(st.Since))
+			return
+		}
+		args := []any{"upstream", id}
+		if since, ok := down[id]; ok {
+			args = append(args, "down_for", st.Since.Sub(since).Round(time.Millisecond))
+			delete(down, id)
+		}
+		log.Info("upstream healthy again", args...)
+	}
 }
 
 // redirects maps the config's "0 = follow none" onto the client's convention,
