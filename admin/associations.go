@@ -106,6 +106,7 @@ func (s *Server) deleteAssociation(w http.ResponseWriter, r *http.Request) error
 	if err := s.st.DeleteAssociation(a.ID); err != nil {
 		return err
 	}
+	s.forgetGone(a.UpstreamID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

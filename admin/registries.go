@@ -133,8 +133,15 @@ func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) error {
 		}
 		since = &t
 	}
+	ups, err := s.st.RegistryUpstreams(reg.ID)
+	if err != nil {
+		return err
+	}
 	if err := s.st.DeleteRegistry(reg.ID, since); err != nil {
 		return err
+	}
+	for _, u := range ups {
+		s.forgetGone(u.ID)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

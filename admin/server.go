@@ -35,7 +35,11 @@ type Deps struct {
 	Store    *store.Store
 	Auth     *auth.Service
 	Upstream UpstreamChecker
-	Logger   *slog.Logger
+	// Health is the upstreams' health, shared with the proxy: the upstream
+	// resource shows it, and deleting an upstream or changing its url
+	// forgets it. Default: a tracker of its own, where all stay healthy.
+	Health *upstream.Health
+	Logger *slog.Logger
 	// Registerer receives the admin metrics; Gatherer serves /metrics.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
@@ -45,14 +49,15 @@ type Deps struct {
 
 // Server is the admin HTTP handler.
 type Server struct {
-	cfg   config.Config
-	st    *store.Store
-	auth  *auth.Service
-	up    UpstreamChecker
-	log   *slog.Logger
-	ready func() error
-	mux   *http.ServeMux
-	met   *metrics
+	cfg    config.Config
+	st     *store.Store
+	auth   *auth.Service
+	up     UpstreamChecker
+	health *upstream.Health
+	log    *slog.Logger
+	ready  func() error
+	mux    *http.ServeMux
+	met    *metrics
 
 	routes map[string]map[string]handler // pattern -> method -> handler
 	order  []string
@@ -67,8 +72,11 @@ const reqIDKey ctxKey = 0
 // New builds the admin handler.
 func New(d Deps) (*Server, error) {
 	s := &Server{
-		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, log: d.Logger, ready: d.Ready,
+		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
 		mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+	}
+	if s.health == nil {
+		s.health = upstream.NewHealth(upstream.HealthOptions{})
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

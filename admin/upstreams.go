@@ -30,36 +30,48 @@ type assocView struct {
 }
 
 // upstreamView is the spec's Upstream registry in GitLab's field order, plus
-// checksum_policy (registryd's own field, which GitLab clients ignore): the
-// upstream's override of upstreams.checksum_policy, null when it follows the
-// global default.
+// registryd's own fields, which GitLab clients ignore: checksum_policy,
+// not_found_cache_minutes and metadata_not_found_cache_minutes (the
+// upstream's overrides of upstreams.checksum_policy, not_found_ttl and
+// metadata_not_found_ttl, null when it follows the global setting), and its
+// health (upstreamHealthView).
 type upstreamView struct {
-	ID                         int64        `json:"id"`
-	Name                       string       `json:"name"`
-	Description                string       `json:"description"`
-	GroupID                    int64        `json:"group_id"`
-	URL                        string       `json:"url"`
-	Username                   *string      `json:"username"`
-	CacheValidityHours         int          `json:"cache_validity_hours"`
-	MetadataCacheValidityHours int          `json:"metadata_cache_validity_hours"`
-	CreatedAt                  jsonTime     `json:"created_at"`
-	UpdatedAt                  jsonTime     `json:"updated_at"`
-	ChecksumPolicy             *string      `json:"checksum_policy"`
-	RegistryUpstream           *assocView   `json:"registry_upstream,omitempty"`
-	RegistryUpstreams          *[]assocView `json:"registry_upstreams,omitempty"`
+	ID                           int64    `json:"id"`
+	Name                         string   `json:"name"`
+	Description                  string   `json:"description"`
+	GroupID                      int64    `json:"group_id"`
+	URL                          string   `json:"url"`
+	Username                     *string  `json:"username"`
+	CacheValidityHours           int      `json:"cache_validity_hours"`
+	MetadataCacheValidityHours   int      `json:"metadata_cache_validity_hours"`
+	CreatedAt                    jsonTime `json:"created_at"`
+	UpdatedAt                    jsonTime `json:"updated_at"`
+	ChecksumPolicy               *string  `json:"checksum_policy"`
+	NotFoundCacheMinutes         *int     `json:"not_found_cache_minutes"`
+	MetadataNotFoundCacheMinutes *int     `json:"metadata_not_found_cache_minutes"`
+	upstreamHealthView
+	RegistryUpstream  *assocView   `json:"registry_upstream,omitempty"`
+	RegistryUpstreams *[]assocView `json:"registry_upstreams,omitempty"`
 }
 
 // upstreamJSON never carries the password.
-func upstreamJSON(u store.Upstream) upstreamView {
-	return upstreamView{ID: u.ID, Name: u.Name, Description: u.Description, GroupID: u.GroupID, URL: u.URL,
-		Username: optString(u.Username), CacheValidityHours: u.CacheValidityHours,
-		MetadataCacheValidityHours: u.MetadataCacheValidityHours,
-		CreatedAt:                  jsonTime(u.CreatedAt), UpdatedAt: jsonTime(u.UpdatedAt),
-		ChecksumPolicy: optString(u.ChecksumPolicy)}
+func (s *Server) upstreamJSON(u store.Upstream) upstreamView {
+	return upstreamView{
+		ID: u.ID, Name: u.Name, Description: u.Description, GroupID: u.GroupID, URL: u.URL,
+		Username:                     optString(u.Username),
+		CacheValidityHours:           u.CacheValidityHours,
+		MetadataCacheValidityHours:   u.MetadataCacheValidityHours,
+		CreatedAt:                    jsonTime(u.CreatedAt),
+		UpdatedAt:                    jsonTime(u.UpdatedAt),
+		ChecksumPolicy:               optString(u.ChecksumPolicy),
+		NotFoundCacheMinutes:         u.NotFoundCacheMinutes,
+		MetadataNotFoundCacheMinutes: u.MetadataNotFoundCacheMinutes,
+		upstreamHealthView:           s.upstreamHealthJSON(u.ID),
+	}
 }
 
-func positionedJSON(u store.PositionedUpstream) upstreamView {
-	v := upstreamJSON(u.Upstream)
+func (s *Server) positionedJSON(u store.PositionedUpstream) upstreamView {
+	v := s.upstreamJSON(u.Upstream)
 	v.RegistryUpstream = &assocView{ID: u.Assoc.ID, RegistryID: u.Assoc.RegistryID, Position: u.Assoc.Position}
 	return v
 }
@@ -88,6 +100,29 @@ func (p *params) checksumPolicy() *string {
 		return nil
 	}
 	return &policy
+}
+
+// notFoundMinutes reads an optional negative-cache override
+// (not_found_cache_minutes, metadata_not_found_cache_minutes): nil when
+// absent; a pointer to nil for null or "" (a form body cannot say null),
+// which follows the global setting and on PATCH clears the override; else
+// a pointer to the integer. Its range is the store's validation (400
+// {"message": {field: [...]}}); a value that is no integer at all is a
+// parameter error.
+func (p *params) notFoundMinutes(name string) **int {
+	v, ok := p.values[name]
+	if !ok {
+		return nil
+	}
+	if str, isString := v.(string); v == nil || (isString && str == "") {
+		var none *int
+		return &none
+	}
+	n := p.integer(name)
+	if n == nil {
+		return nil
+	}
+	return &n
 }
 
 // checkURL normalises an upstream url and applies the network policy; a bad
@@ -119,7 +154,7 @@ func (s *Server) listGroupUpstreams(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	s.writePage(w, r, pg, total, mapViews(ups, upstreamJSON))
+	s.writePage(w, r, pg, total, mapViews(ups, s.upstreamJSON))
 	return nil
 }
 
@@ -132,7 +167,7 @@ func (s *Server) listRegistryUpstreams(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, mapViews(ups, positionedJSON))
+	writeJSON(w, http.StatusOK, mapViews(ups, s.positionedJSON))
 	return nil
 }
 
@@ -153,6 +188,8 @@ func (s *Server) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	name, desc := in.str("name"), in.str("description")
 	user, pass := in.credentials()
 	n.ChecksumPolicy = deref(in.checksumPolicy())
+	n.NotFoundCacheMinutes = deref(in.notFoundMinutes("not_found_cache_minutes"))
+	n.MetadataNotFoundCacheMinutes = deref(in.notFoundMinutes("metadata_not_found_cache_minutes"))
 	if err := in.err(); err != nil {
 		return err
 	}
@@ -175,7 +212,7 @@ func (s *Server) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, positionedJSON(u))
+	writeJSON(w, http.StatusCreated, s.positionedJSON(u))
 	return nil
 }
 
@@ -199,15 +236,17 @@ func (s *Server) getUpstream(w http.ResponseWriter, r *http.Request) error {
 	list := mapViews(assocs, func(a store.RegistryUpstream) assocView {
 		return assocView{ID: a.ID, RegistryID: a.RegistryID, Position: a.Position}
 	})
-	v := upstreamJSON(u)
+	v := s.upstreamJSON(u)
 	v.RegistryUpstreams = &list
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
 // upstreamPatchFields are the optional fields of an upstream PATCH, in the
-// order GitLab names them when none is given. checksum_policy (registryd's
-// own) counts as a field but stays out of the message, which is GitLab's.
+// order GitLab names them when none is given. registryd's own
+// (checksum_policy, not_found_cache_minutes,
+// metadata_not_found_cache_minutes) count as fields but stay out of the
+// message, which is GitLab's.
 const upstreamPatchFields = "cache_validity_hours, description, metadata_cache_validity_hours, name, password, url, username"
 
 func (s *Server) updateUpstream(w http.ResponseWriter, r *http.Request) error {
@@ -227,9 +266,11 @@ func (s *Server) updateUpstream(w http.ResponseWriter, r *http.Request) error {
 	p.URL = in.str("url")
 	p.Username, p.Password = in.credentials()
 	p.ChecksumPolicy = in.checksumPolicy()
+	p.NotFoundCacheMinutes = in.notFoundMinutes("not_found_cache_minutes")
+	p.MetadataNotFoundCacheMinutes = in.notFoundMinutes("metadata_not_found_cache_minutes")
 	if p.CacheValidityHours == nil && p.MetadataCacheValidityHours == nil && p.Description == nil &&
 		p.Name == nil && p.URL == nil && p.Username == nil && p.Password == nil && p.ChecksumPolicy == nil &&
-		len(in.errs) == 0 {
+		p.NotFoundCacheMinutes == nil && p.MetadataNotFoundCacheMinutes == nil && len(in.errs) == 0 {
 		in.fail(upstreamPatchFields + " are missing, at least one parameter must be provided")
 	}
 	if p.Name != nil && *p.Name == "" {
@@ -252,7 +293,11 @@ func (s *Server) updateUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, upstreamJSON(updated))
+	if updated.URL != u.URL {
+		// A new url is a new server: what its predecessor did says nothing.
+		s.health.Forget(u.ID)
+	}
+	writeJSON(w, http.StatusOK, s.upstreamJSON(updated))
 	return nil
 }
 
@@ -264,6 +309,7 @@ func (s *Server) deleteUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := s.st.DeleteUpstream(u.ID); err != nil {
 		return err
 	}
+	s.health.Forget(u.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -9,12 +9,14 @@ import (
 	"time"
 )
 
-// registryKeys and upstreamKeys are GitLab's field orders (checksum_policy,
-// registryd's own, comes last).
+// registryKeys and upstreamKeys are GitLab's field orders (registryd's own,
+// from checksum_policy on, come last).
 var (
 	registryKeys = []string{"id", "name", "description", "group_id", "created_at", "updated_at"}
 	upstreamKeys = []string{"id", "name", "description", "group_id", "url", "username", "cache_validity_hours",
-		"metadata_cache_validity_hours", "created_at", "updated_at", "checksum_policy"}
+		"metadata_cache_validity_hours", "created_at", "updated_at", "checksum_policy",
+		"not_found_cache_minutes", "metadata_not_found_cache_minutes",
+		"status", "status_since", "last_error", "last_error_at", "retry_at"}
 )
 
 func TestRegistryAnswers(t *testing.T) {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"registryd/config"
@@ -10,10 +11,12 @@ import (
 )
 
 // NewHealth builds the upstreams' health tracker from the configuration,
-// logging one line per transition; now is its clock (nil: time.Now). A
-// trial request is given up on (another
-// may go) after a connect and a header timeout: by then it has either
-// answered or failed.
+// logging one line per transition; now is its clock (nil: time.Now).
+// TrialTimeout is connect + header timeout: by then the client has an answer
+// or an error for the trial, so a trial still without a verdict lost its
+// report, and another request may re-test instead of the upstream staying
+// out. A trial that legitimately runs longer (a redirect chain) costs at
+// worst one extra request, whose report Health tells apart.
 func NewHealth(cfg config.Config, log *slog.Logger, now func() time.Time) *upstream.Health {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -25,16 +28,32 @@ func NewHealth(cfg config.Config, log *slog.Logger, now func() time.Time) *upstr
 		Threshold:      u.FailureThreshold,
 		TrialTimeout:   u.ConnectTimeout + u.HeaderTimeout,
 		Now:            now,
-		OnChange: func(id int64, st upstream.HealthStatus) {
-			if st.State == upstream.Healthy {
-				log.Info("upstream healthy again", "upstream", id, "last_error", st.LastError)
-				return
-			}
-			log.Warn("upstream unhealthy; skipped until a trial request succeeds", "upstream", id,
-				"last_error", st.LastError, "retry_at", st.RetryAt.UTC().Format(time.RFC3339),
-				"failures", st.Failures)
-		},
+		OnChange:       healthLog(log),
 	})
+}
+
+// healthLog writes one line per upstream health transition: a warning when
+// an upstream is skipped from now on (why, and until when), a line when it
+// is back (and how long it was out).
+func healthLog(log *slog.Logger) func(int64, upstream.HealthStatus) {
+	var mu sync.Mutex
+	down := map[int64]time.Time{}
+	return func(id int64, st upstream.HealthStatus) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st.State == upstream.Unhealthy {
+			down[id] = st.Since
+			log.Warn("upstream unhealthy", "upstream", id, "last_error", st.LastError,
+				"retry_at", st.RetryAt.UTC().Format(time.RFC3339), "backoff", st.RetryAt.Sub(st.Since))
+			return
+		}
+		args := []any{"upstream", id}
+		if since, ok := down[id]; ok {
+			args = append(args, "down_for", st.Since.Sub(since).Round(time.Millisecond))
+			delete(down, id)
+		}
+		log.Info("upstream healthy again", args...)
+	}
 }
 
 // judge reports a request's end to the health tracker: an answer (the

@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/subtle"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,11 @@ func ValidChecksumPolicy(p string) bool {
 	return false
 }
 
+// MaxNotFoundCacheMinutes bounds an upstream's negative-cache overrides
+// (not_found_cache_minutes, metadata_not_found_cache_minutes): a week. A
+// file published upstream must not stay invisible for longer.
+const MaxNotFoundCacheMinutes = 7 * 24 * 60
+
 // Upstream is a remote Maven repository of a top-level group. Password is
 // sealed at rest and only ever returned by this package to callers that fetch
 // from the upstream.
@@ -57,10 +63,13 @@ type Upstream struct {
 	// ChecksumPolicy overrides the global checksum policy for this upstream
 	// (one of the Checksum* policies); "" follows the global default.
 	ChecksumPolicy string `json:"checksum_policy,omitempty"`
-	// NotFoundCacheMinutes overrides upstreams.not_found_ttl for this
-	// upstream (0 = do not remember absence); nil follows the global default.
+
+	// NotFoundCacheMinutes overrides, for this upstream, how long its 404 or
+	// 410 for a file is remembered (config upstreams.not_found_ttl); 0
+	// remembers nothing. nil follows the global setting.
 	NotFoundCacheMinutes *int `json:"not_found_cache_minutes,omitempty"`
-	// MetadataNotFoundCacheMinutes overrides upstreams.metadata_not_found_ttl.
+	// MetadataNotFoundCacheMinutes is NotFoundCacheMinutes for
+	// maven-metadata.xml (config upstreams.metadata_not_found_ttl).
 	MetadataNotFoundCacheMinutes *int `json:"metadata_not_found_cache_minutes,omitempty"`
 }
 
@@ -86,6 +95,9 @@ type NewUpstream struct {
 	ChecksumPolicy string
 	// nil means the default of 24 hours.
 	CacheValidityHours, MetadataCacheValidityHours *int
+	// The negative-cache overrides, 0..MaxNotFoundCacheMinutes; nil follows
+	// the global config.
+	NotFoundCacheMinutes, MetadataNotFoundCacheMinutes *int
 }
 
 // mavenCentral's artifacts never change, so its entries never need re-checking.
@@ -121,7 +133,20 @@ func validUpstream(u Upstream) error {
 	if !ValidChecksumPolicy(u.ChecksumPolicy) {
 		v.Add("checksum_policy", "is invalid")
 	}
+	validMinutes(v, "not_found_cache_minutes", u.NotFoundCacheMinutes)
+	validMinutes(v, "metadata_not_found_cache_minutes", u.MetadataNotFoundCacheMinutes)
 	return v.Err()
+}
+
+// validMinutes checks an optional negative-cache override.
+func validMinutes(v *ValidationError, field string, m *int) {
+	switch {
+	case m == nil:
+	case *m < 0:
+		v.Add(field, "must be greater than or equal to 0")
+	case *m > MaxNotFoundCacheMinutes:
+		v.Add(field, "must be less than or equal to "+strconv.Itoa(MaxNotFoundCacheMinutes))
+	}
 }
 
 func (s *Store) upstreamTx(tx *bolt.Tx, id int64) (Upstream, bool, error) {
@@ -164,6 +189,7 @@ func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstrea
 	now := s.clock()
 	u := Upstream{URL: n.URL, Name: n.Name, Description: n.Description, Username: n.Username, Password: n.Password,
 		ChecksumPolicy: n.ChecksumPolicy, CacheValidityHours: DefaultValidityHours, MetadataCacheValidityHours: DefaultValidityHours,
+		NotFoundCacheMinutes: clonePtr(n.NotFoundCacheMinutes), MetadataNotFoundCacheMinutes: clonePtr(n.MetadataNotFoundCacheMinutes),
 		CreatedAt: now, UpdatedAt: now}
 	if n.CacheValidityHours != nil {
 		u.CacheValidityHours = *n.CacheValidityHours
@@ -230,6 +256,10 @@ type UpstreamPatch struct {
 	CacheValidityHours, MetadataCacheValidityHours *int
 	// ChecksumPolicy sets the override; a pointer to "" clears it.
 	ChecksumPolicy *string
+	// The negative-cache overrides: nil leaves one alone, a pointer to nil
+	// clears it (the global config applies again), a pointer to a value
+	// sets it.
+	NotFoundCacheMinutes, MetadataNotFoundCacheMinutes **int
 }
 
 // UpdateUpstream changes an upstream. Changing the url without new
@@ -270,6 +300,12 @@ func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
 		if p.MetadataCacheValidityHours != nil {
 			u.MetadataCacheValidityHours = *p.MetadataCacheValidityHours
 		}
+		if p.NotFoundCacheMinutes != nil {
+			u.NotFoundCacheMinutes = clonePtr(*p.NotFoundCacheMinutes)
+		}
+		if p.MetadataNotFoundCacheMinutes != nil {
+			u.MetadataNotFoundCacheMinutes = clonePtr(*p.MetadataNotFoundCacheMinutes)
+		}
 		if err := validUpstream(u); err != nil {
 			return err
 		}
@@ -282,6 +318,15 @@ func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
 		return s.putUpstreamTx(tx, u)
 	})
 	return u, err
+}
+
+// clonePtr copies *p, so a stored upstream shares no memory with its caller.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 // DeleteUpstream removes an upstream, closes the gaps it leaves in every

@@ -139,6 +139,9 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		Logger:            log,
 	})
 	defer upClient.CloseIdleConnections()
+	// One health tracker for both listeners: the proxy reports to it and
+	// skips unhealthy upstreams, the admin API shows it.
+	health := proxy.NewHealth(cfg, log, nil)
 
 	// Temp files of fills cut short by a crash go first; then blob files
 	// that no entry refers to (a crash between a collector commit and its
@@ -180,13 +183,13 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		}
 		return nil
 	}
-	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Logger: log,
-		Registerer: reg, Gatherer: reg, Ready: ready})
+	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready})
 	if err != nil {
 		return err
 	}
 	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
-		Logger: log, Registerer: reg, GatewaySecret: gwSecret})
+		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret})
 	if err != nil {
 		return err
 	}

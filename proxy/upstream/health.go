@@ -33,8 +33,15 @@ import (
 type Health struct {
 	opt HealthOptions
 
-	mu sync.Mutex
-	m  map[int64]*healthState
+	// notify is held across a transition and its OnChange call, so the
+	// calls come in the order of the transitions: a log or a gauge that
+	// follows them ends on the current state. Lock order: notify, then mu.
+	notify sync.Mutex
+
+	mu     sync.Mutex
+	m      map[int64]*healthState
+	epochs map[int64]uint64 // Forget calls per id: a ticket from before one is void
+	trials uint64           // numbers the trials, so a late report of an old one is told apart
 }
 
 // HealthOptions tunes a Health. The zero value takes the defaults.
@@ -56,8 +63,10 @@ type HealthOptions struct {
 	TrialTimeout time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// OnChange, when set, is called (outside Health's lock) once per
-	// transition between healthy and unhealthy, with the new status.
+	// OnChange, when set, is called once per transition between healthy
+	// and unhealthy, with the new status, in the order of the transitions.
+	// It may call Status, Available, Begin and Forget, but must not report
+	// (Success, Failure), which would wait for it.
 	OnChange func(id int64, st HealthStatus)
 }
 
@@ -93,6 +102,7 @@ type healthState struct {
 	HealthStatus
 	backoff time.Duration // the current step, while unhealthy
 	trial   time.Time     // when the running trial started; zero when none
+	trialN  uint64        // the running trial's number; 0 when none
 }
 
 // Failure classes for Health.Failure.
@@ -127,7 +137,7 @@ func NewHealth(o HealthOptions) *Health {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Health{opt: o, m: map[int64]*healthState{}}
+	return &Health{opt: o, m: map[int64]*healthState{}, epochs: map[int64]uint64{}}
 }
 
 // Available reports whether a request to upstream id may be sent now: it
@@ -148,12 +158,37 @@ func (h *Health) trialOpen(st *healthState, now time.Time) bool {
 // with Success, Failure or Done.
 type Ticket struct {
 	id    int64
-	trial bool
+	epoch uint64 // the id's Forget count at Begin
+	trial uint64 // the trial's number; 0 for an ordinary request
 }
 
 // Trial reports whether this request is the one re-testing an unhealthy
 // upstream.
-func (t Ticket) Trial() bool { return t.trial }
+func (t Ticket) Trial() bool { return t.trial != 0 }
+
+// state is the ticket's upstream state, nil when none is kept or the
+// ticket predates a Forget (it reports on a server that is no longer
+// this upstream). Called with mu held.
+func (h *Health) state(t Ticket) (st *healthState, current bool) {
+	if h.epochs[t.id] != t.epoch {
+		return nil, false
+	}
+	return h.m[t.id], true
+}
+
+// endTrial ends the running trial if t is it, and reports whether it was.
+// A trial ticket that is not the running trial any more (TrialTimeout
+// gave its turn to another, or the upstream recovered meanwhile) reports
+// like an ordinary request: it must neither end the running trial, which
+// would let a second one start beside it, nor count as a failed trial.
+// Called with mu held.
+func endTrial(st *healthState, t Ticket) bool {
+	if t.trial == 0 || st.trialN != t.trial {
+		return false
+	}
+	st.trial, st.trialN = time.Time{}, 0
+	return true
+}
 
 // Begin asks to send a request to upstream id now. ok is false while the
 // upstream is unhealthy and its backoff runs, or another trial is out.
@@ -161,35 +196,49 @@ func (h *Health) Begin(id int64) (t Ticket, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.m[id]
+	t = Ticket{id: id, epoch: h.epochs[id]}
 	if st == nil || st.State == Healthy {
-		return Ticket{id: id}, true
+		return t, true
 	}
 	now := h.opt.Now()
 	if !h.trialOpen(st, now) {
 		return Ticket{}, false
 	}
-	st.trial = now
-	return Ticket{id: id, trial: true}, true
+	h.trials++
+	st.trial, st.trialN = now, h.trials
+	t.trial = h.trials
+	return t, true
 }
 
 // Success reports that the request got a proper answer (a file, 304, 404):
 // the upstream is healthy from now on.
 func (h *Health) Success(t Ticket) {
 	h.mu.Lock()
-	st := h.m[t.id]
+	st, _ := h.state(t)
 	if st == nil {
 		h.mu.Unlock()
 		return
 	}
-	if t.trial {
-		st.trial = time.Time{}
-	}
+	endTrial(st, t)
 	st.Failures = 0
 	if st.State == Healthy {
 		h.mu.Unlock()
 		return
 	}
+	h.mu.Unlock()
+
+	// A recovery: take notify first (the lock order), then look again.
+	h.notify.Lock()
+	defer h.notify.Unlock()
+	h.mu.Lock()
+	st, _ = h.state(t)
+	if st == nil || st.State == Healthy {
+		h.mu.Unlock()
+		return
+	}
 	st.State, st.Since, st.RetryAt, st.backoff, st.RetryAfterAsked = Healthy, h.opt.Now(), time.Time{}, 0, false
+	// A trial still out belongs to the episode that just ended.
+	st.trial, st.trialN = time.Time{}, 0
 	out := st.HealthStatus
 	h.mu.Unlock()
 	h.changed(t.id, out)
@@ -199,12 +248,12 @@ func (h *Health) Success(t Ticket) {
 // (the fill was cancelled at shutdown, the answer was refused as content):
 // a trial may be taken again.
 func (h *Health) Done(t Ticket) {
-	if !t.trial {
+	if t.trial == 0 {
 		return
 	}
 	h.mu.Lock()
-	if st := h.m[t.id]; st != nil {
-		st.trial = time.Time{}
+	if st, _ := h.state(t); st != nil {
+		endTrial(st, t)
 	}
 	h.mu.Unlock()
 }
@@ -212,23 +261,27 @@ func (h *Health) Done(t Ticket) {
 // Failure reports a failed request: class FailHard or FailSoft, a short safe
 // reason, and the upstream's Retry-After (0 when none).
 func (h *Health) Failure(t Ticket, class int, reason string, retryAfter time.Duration) {
+	h.notify.Lock()
+	defer h.notify.Unlock()
 	now := h.opt.Now()
 	h.mu.Lock()
-	st := h.m[t.id]
+	st, current := h.state(t)
+	if !current {
+		h.mu.Unlock()
+		return
+	}
 	if st == nil {
 		st = &healthState{HealthStatus: HealthStatus{State: Healthy}}
 		h.m[t.id] = st
 	}
-	if t.trial {
-		st.trial = time.Time{}
-	}
+	trial := endTrial(st, t)
 	st.Failures++
 	st.LastError, st.LastErrorAt = reason, now
 	retryAfter = min(retryAfter, h.opt.MaxRetryAfter)
 	var out HealthStatus
 	changed := false
 	switch {
-	case st.State == Unhealthy && t.trial:
+	case st.State == Unhealthy && trial:
 		// The trial failed: the next step of the backoff.
 		st.backoff = min(st.backoff*2, h.opt.MaxBackoff)
 		st.RetryAt = now.Add(max(st.backoff, retryAfter))
@@ -268,10 +321,12 @@ func (h *Health) Status(id int64) HealthStatus {
 }
 
 // Forget drops what is known of upstream id (it was deleted, or its URL
-// changed): it starts healthy.
+// changed): it starts healthy, and requests begun before report nothing.
+// It calls no OnChange: the upstream is gone, or is a new server.
 func (h *Health) Forget(id int64) {
 	h.mu.Lock()
 	delete(h.m, id)
+	h.epochs[id]++
 	h.mu.Unlock()
 }
 

@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"registryd/proxy/upstream"
+)
+
+// TestHealthLog: one line per transition, with the reason and the backoff
+// when an upstream goes out, and how long it was out when it is back.
+func TestHealthLog(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	h := upstream.NewHealth(upstream.HealthOptions{Now: func() time.Time { return now }, OnChange: healthLog(log)})
+
+	tk, _ := h.Begin(7)
+	h.Failure(tk, upstream.FailHard, "Connection timeout", 0)
+	if _, ok := h.Begin(7); ok {
+		t.Fatal("Begin allowed during the backoff")
+	}
+	now = now.Add(10 * time.Second)
+	tk, _ = h.Begin(7)
+	h.Failure(tk, upstream.FailHard, "Connection refused", 0) // a failed trial: no transition
+	now = now.Add(20 * time.Second)
+	tk, _ = h.Begin(7)
+	h.Success(tk)
+
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	down, up := lines[0], lines[1]
+	if down["level"] != "WARN" || down["msg"] != "upstream unhealthy" || down["upstream"] != 7.0 ||
+		down["last_error"] != "Connection timeout" || down["retry_at"] != "2026-01-02T03:04:15Z" ||
+		down["backoff"] != float64(10*time.Second) {
+		t.Fatalf("unhealthy line %v", down)
+	}
+	if up["level"] != "INFO" || up["msg"] != "upstream healthy again" || up["upstream"] != 7.0 ||
+		up["down_for"] != float64(30*time.Second) {
+		t.Fatalf("healthy line %v", up)
+	}
+}
