@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"registryd/config"
+	"registryd/store"
 )
 
 // hang answers nothing until the client gives up.
@@ -438,4 +439,31 @@ func (e *env) hasSeries(name, label, value string) bool {
 		}
 	}
 	return false
+}
+
+// An upstream's own not_found_cache_minutes overrides the global TTL; 0
+// remembers nothing for that upstream.
+func TestNegativeCacheOverride(t *testing.T) {
+	e := newEnv(t)
+	a, b := newFakeUpstream(t), newFakeUpstream(t)
+	zero, two := 0, 2
+	for _, u := range []struct {
+		url     string
+		minutes *int
+	}{{a.URL, &zero}, {b.URL, &two}} {
+		if _, err := e.st.CreateUpstream(e.registry, store.NewUpstream{URL: u.url, Name: u.url, NotFoundCacheMinutes: u.minutes}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := "org/example/lib/1.0/lib-1.0.module"
+	e.get(missing).expect(t, 404)
+	e.get(missing).expect(t, 404)
+	if a.calls(missing) != 2 || b.calls(missing) != 1 {
+		t.Fatalf("calls %d, %d; want 2 (remembers nothing), 1", a.calls(missing), b.calls(missing))
+	}
+	e.clock.Advance(3 * time.Minute)
+	e.get(missing).expect(t, 404)
+	if b.calls(missing) != 2 {
+		t.Fatalf("asked %d times after its own TTL, want 2", b.calls(missing))
+	}
 }
