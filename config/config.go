@@ -71,7 +71,13 @@ type Data struct {
 type Proxy struct {
 	// Listen is the proxy listener address. Default ":8080".
 	Listen string `yaml:"listen"`
-	// ReadTimeout bounds reading one request, headers and body. Default 60s.
+	// HeaderTimeout bounds receiving one request line plus its headers: on a
+	// new connection from when it is served, on a kept-alive one from the
+	// first byte of the next request (the wait for that byte is IdleTimeout).
+	// A client dribbling its headers (slowloris) is cut off after it. Default 10s.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// ReadTimeout bounds reading one request's body, from the end of its
+	// headers: an upload gets this long. Default 60s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// WriteTimeout bounds writing one response; large artifacts need room. Default 30m.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
@@ -79,8 +85,14 @@ type Proxy struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes caps the request header size. Default 16KiB.
 	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
-	// Concurrency caps connections served at once. Default 4096.
+	// Concurrency caps connections served at once, for all clients together;
+	// one more is answered 503 and closed. Default 8192.
 	Concurrency int `yaml:"concurrency"`
+	// MaxConnsPerClient caps the open connections of one client address
+	// (IPv4 or IPv6, the TCP peer, never X-Forwarded-For); one more is
+	// answered 429 and closed. It must be less than Concurrency, so that one
+	// client cannot take every connection. 0 turns it off. Default 256.
+	MaxConnsPerClient int `yaml:"max_conns_per_client"`
 	// MaxUploadBytes caps a gateway upload body. Default 5GiB.
 	MaxUploadBytes ByteSize `yaml:"max_upload_bytes"`
 }
@@ -231,13 +243,15 @@ func Default() Config {
 	return Config{
 		Data: Data{Dir: "./data"},
 		Proxy: Proxy{
-			Listen:         ":8080",
-			ReadTimeout:    60 * time.Second,
-			WriteTimeout:   30 * time.Minute,
-			IdleTimeout:    120 * time.Second,
-			MaxHeaderBytes: 16 * KiB,
-			Concurrency:    4096,
-			MaxUploadBytes: 5 * GiB,
+			Listen:            ":8080",
+			HeaderTimeout:     10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			WriteTimeout:      30 * time.Minute,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    16 * KiB,
+			Concurrency:       8192,
+			MaxConnsPerClient: 256,
+			MaxUploadBytes:    5 * GiB,
 		},
 		Admin: Admin{
 			Listen:         "127.0.0.1:8081",
@@ -358,6 +372,7 @@ func (c Config) Validate() error {
 		name string
 		d    time.Duration
 	}{
+		{"proxy.header_timeout", c.Proxy.HeaderTimeout},
 		{"proxy.read_timeout", c.Proxy.ReadTimeout},
 		{"proxy.write_timeout", c.Proxy.WriteTimeout},
 		{"proxy.idle_timeout", c.Proxy.IdleTimeout},
@@ -402,6 +417,13 @@ func (c Config) Validate() error {
 	}
 	if c.Proxy.Concurrency < 1 {
 		add("proxy.concurrency must be at least 1, got %d", c.Proxy.Concurrency)
+	}
+	switch {
+	case c.Proxy.MaxConnsPerClient < 0:
+		add("proxy.max_conns_per_client must not be negative (0 turns it off), got %d", c.Proxy.MaxConnsPerClient)
+	case c.Proxy.MaxConnsPerClient > 0 && c.Proxy.Concurrency >= 1 && c.Proxy.MaxConnsPerClient >= c.Proxy.Concurrency:
+		add("proxy.max_conns_per_client (%d) must be less than proxy.concurrency (%d), or one client could take every connection",
+			c.Proxy.MaxConnsPerClient, c.Proxy.Concurrency)
 	}
 	if c.Auth.CacheSize < 1 {
 		add("auth.cache_size must be at least 1, got %d", c.Auth.CacheSize)

@@ -68,6 +68,10 @@ func TestDefaults(t *testing.T) {
 		{"virtual registry", cfg.Features.VirtualRegistry, true},
 		{"root token", cfg.Root.Token, ""},
 		{"external url", cfg.External.URL, "http://localhost:8081"},
+		{"proxy header timeout", cfg.Proxy.HeaderTimeout, 10 * time.Second},
+		{"proxy read timeout", cfg.Proxy.ReadTimeout, 60 * time.Second},
+		{"proxy concurrency", cfg.Proxy.Concurrency, 8192},
+		{"proxy max conns per client", cfg.Proxy.MaxConnsPerClient, 256},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -263,6 +267,8 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	cfg.External.URL = "ftp://example.com"
 	cfg.License.Plan = "gold"
 	cfg.Proxy.ReadTimeout = 0
+	cfg.Proxy.HeaderTimeout = -time.Second
+	cfg.Proxy.MaxConnsPerClient = -1
 	cfg.Upstreams.CheckTimeout = -time.Second
 	cfg.Admin.MaxBodyBytes = 0
 	cfg.Proxy.Concurrency = 0
@@ -283,6 +289,8 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		"external.url (REGISTRYD_EXTERNAL_URL)",
 		"license.plan (REGISTRYD_LICENSE_PLAN)",
 		"proxy.read_timeout must be a positive duration",
+		"proxy.header_timeout must be a positive duration",
+		"proxy.max_conns_per_client must not be negative",
 		"upstreams.check_timeout must be a positive duration",
 		"admin.max_body_bytes must be a positive size",
 		"proxy.concurrency must be at least 1",
@@ -295,7 +303,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		`log.level (REGISTRYD_LOG_LEVEL): "loud"`,
 		`log.format (REGISTRYD_LOG_FORMAT): "xml"`,
 	)
-	if msg := err.Error(); !strings.HasPrefix(msg, "invalid configuration:\n  - ") || strings.Count(msg, "\n  - ") != 18 {
+	if msg := err.Error(); !strings.HasPrefix(msg, "invalid configuration:\n  - ") || strings.Count(msg, "\n  - ") != 20 {
 		t.Fatalf("message is not one problem per line:\n%s", msg)
 	}
 
@@ -308,6 +316,41 @@ func TestValidateListsEveryProblem(t *testing.T) {
 			t.Fatalf("two kernel-chosen ports are fine: %v", err)
 		}
 	})
+}
+
+func TestMaxConnsPerClient(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     []string
+		want    int
+		problem string
+	}{
+		{"default", nil, 256, ""},
+		{"off", []string{"REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT=0"}, 0, ""},
+		{"off even above concurrency", []string{"REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT=0", "REGISTRYD_PROXY_CONCURRENCY=1"}, 0, ""},
+		{"just below concurrency", []string{"REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT=99", "REGISTRYD_PROXY_CONCURRENCY=100"}, 99, ""},
+		{"equal to concurrency", []string{"REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT=100", "REGISTRYD_PROXY_CONCURRENCY=100"}, 0,
+			"proxy.max_conns_per_client (100) must be less than proxy.concurrency (100)"},
+		{"above concurrency", []string{"REGISTRYD_PROXY_CONCURRENCY=200"}, 0,
+			"proxy.max_conns_per_client (256) must be less than proxy.concurrency (200)"},
+		{"negative", []string{"REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT=-1"}, 0, "proxy.max_conns_per_client must not be negative"},
+		{"not a number", []string{"REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT=lots"}, 0, "REGISTRYD_PROXY_MAX_CONNS_PER_CLIENT"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load("", tc.env)
+			if tc.problem != "" {
+				wantProblems(t, err, tc.problem)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Proxy.MaxConnsPerClient != tc.want {
+				t.Fatalf("max conns per client = %d, want %d", cfg.Proxy.MaxConnsPerClient, tc.want)
+			}
+		})
+	}
 }
 
 func TestChecksumPolicy(t *testing.T) {

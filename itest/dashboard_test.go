@@ -17,16 +17,6 @@ import (
 // dashboardPath is the Grafana dashboard shipped in docs/.
 const dashboardPath = "../docs/grafana-dashboard.json"
 
-// dashboardPending are metric families the dashboard shows before registryd
-// exports them, with their type. They come from the per-client connection
-// limit work on the proxy listener, merged separately: until then their
-// panels show no data and the exposition lacks them. Remove an entry once
-// the metric is exported (the test logs when it is).
-var dashboardPending = map[string]string{
-	"registryd_proxy_connections_open":          "gauge",
-	"registryd_proxy_connections_refused_total": "counter",
-}
-
 type dashPanel struct {
 	ID         int    `json:"id"`
 	Type       string `json:"type"`
@@ -131,7 +121,7 @@ func TestDashboard(t *testing.T) {
 		types = exposedTypes(d.Do("GET", "/metrics", "", nil).Expect(t, 200).Body)
 		missing = missing[:0]
 		for n := range names {
-			if _, ok := metricFamily(types, n); !ok && dashboardPending[n] == "" {
+			if _, ok := metricFamily(types, n); !ok {
 				missing = append(missing, n)
 			}
 		}
@@ -144,17 +134,12 @@ func TestDashboard(t *testing.T) {
 	for _, n := range missing {
 		t.Errorf("the dashboard uses %s (%s), which /metrics does not declare", n, strings.Join(names[n], "; "))
 	}
-	for n := range dashboardPending {
-		if fam, ok := metricFamily(types, n); ok {
-			t.Logf("%s is exported now (%s): its dashboardPending entry can go", n, types[fam])
-		}
-	}
 
 	// Counters and histograms only through rate() or increase() over
 	// $__rate_interval; gauges never through them.
 	for _, e := range exprs {
 		for _, n := range metricNames(e.expr) {
-			typ := dashboardPending[n]
+			typ := ""
 			if fam, ok := metricFamily(types, n); ok {
 				typ = types[fam]
 			}

@@ -85,6 +85,7 @@ type Server struct {
 	maxFile  int64
 	idPrefix string
 	srv      *fasthttp.Server
+	conns    *connLimiter // wraps every listener Serve is given
 
 	regs    *lru.Cache[int64, *registryView]
 	entries *lru.Cache[entryKey, *entryView]
@@ -179,12 +180,22 @@ func New(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
+	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: d.Config.Proxy.ReadTimeout}
 	s.srv = &fasthttp.Server{
-		Handler:      s.handle,
-		Name:         "registryd",
-		ReadTimeout:  d.Config.Proxy.ReadTimeout,
-		WriteTimeout: d.Config.Proxy.WriteTimeout,
-		IdleTimeout:  d.Config.Proxy.IdleTimeout,
+		Handler: s.handle,
+		Name:    "registryd",
+		// fasthttp's ReadTimeout is the read deadline it sets when a
+		// connection is served and, on a kept-alive one, once the first byte
+		// of the next request arrived (waiting for that byte is
+		// IdleTimeout). Set to the header timeout, it bounds the request line
+		// plus headers: a client dribbling them (slowloris) is cut off after
+		// it, however long read_timeout is. Once the headers are in,
+		// HeaderReceived moves the deadline to read_timeout for the body.
+		ReadTimeout:    d.Config.Proxy.HeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig { return bodyTimeout },
+		ErrorHandler:   requestError,
+		WriteTimeout:   d.Config.Proxy.WriteTimeout,
+		IdleTimeout:    d.Config.Proxy.IdleTimeout,
 		// The read buffer bounds the request line plus headers: larger
 		// requests get 431.
 		ReadBufferSize: int(d.Config.Proxy.MaxHeaderBytes),
@@ -199,7 +210,28 @@ func New(d Deps) (*Server, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
+	s.conns = newConnLimiter(d.Config.Proxy.MaxConnsPerClient, d.Logger)
+	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
 	return s, nil
+}
+
+// requestError answers a request fasthttp could not read, as fasthttp's
+// default does, except that a read timeout is a 408 however it was wrapped:
+// the default knows only a bare *net.OpError, so a client cut off by
+// proxy.header_timeout halfway through its headers would read 400.
+func requestError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		ctx.Error("Too big request header", fasthttp.StatusRequestHeaderFieldsTooLarge)
+	case errors.As(err, &ne) && ne.Timeout():
+		ctx.Error("Request timeout", fasthttp.StatusRequestTimeout)
+	default:
+		ctx.Error("Error when parsing request", fasthttp.StatusBadRequest)
+	}
 }
 
 // fasthttpLogger sends fasthttp's own complaints (bad requests, timeouts)
@@ -272,8 +304,9 @@ func asciiLower(s string) string {
 	return string(b)
 }
 
-// Serve serves on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Serve serves on ln until Shutdown. Connections over a client's
+// proxy.max_conns_per_client are refused as they are accepted.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.listener(ln)) }
 
 // Shutdown stops accepting, waits for in-flight requests until ctx ends, then
 // cancels the fills still running (their clients are gone) and waits for
