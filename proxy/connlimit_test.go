@@ -423,7 +423,6 @@ func TestConnLimitServer(t *testing.T) {
 	e.lint()
 }
 
-
 // dribble writes p one byte every interval until it is written or the
 // connection fails; it returns how many bytes it wrote.
 func dribble(c net.Conn, p []byte, interval time.Duration) int {
