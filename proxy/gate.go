@@ -80,11 +80,3 @@ func (g *gates) load() map[int64]gateLoad {
 	}
 	return out
 }
-
-// forget drops the gate of an upstream that no longer exists; requests
-// holding its slots release into the orphaned channel harmlessly.
-func (g *gates) forget(id int64) {
-	g.mu.Lock()
-	delete(g.m, id)
-	g.mu.Unlock()
-}
