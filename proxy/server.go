@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -53,6 +54,9 @@ type Deps struct {
 	GatewaySecret []byte
 	// Now is the clock of freshness decisions; tests inject one. Default time.Now.
 	Now func() time.Time
+	// AccessLog receives the access log (one line per request, in
+	// log.format) when proxy.access_log is on; nil turns it off.
+	AccessLog io.Writer
 }
 
 // Sizes of the in-memory resolution caches. Both are validated against
@@ -78,6 +82,7 @@ type Server struct {
 	maxFile  int64
 	idPrefix string
 	srv      *fasthttp.Server
+	alog     *accessLog // nil when off
 
 	regs    *lru.Cache[int64, *registryView]
 	entries *lru.Cache[entryKey, *entryView]
@@ -176,6 +181,11 @@ func New(d Deps) (*Server, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
+	if d.AccessLog != nil && d.Config.Proxy.AccessLog {
+		if s.alog, err = newAccessLog(d.AccessLog, d.Config.Log.Format == "json", d.Registerer, d.Logger); err != nil {
+			return nil, fmt.Errorf("proxy access log: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -262,6 +272,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.flightsMu.Unlock()
 	s.fillStop()
 	s.fills.Wait()
+	s.alog.close()
 	return err
 }
 
@@ -271,13 +282,26 @@ var downloadPrefix = []byte("/api/v4/virtual_registries/packages/maven/")
 var uploadSuffix = []byte("/upload")
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	// The access line of this request. The listener fills in what every
+	// request has (logAccess); the download path adds registry, caller,
+	// cache result and upstream.
+	var acc accessRecord
+	if s.alog != nil {
+		// fasthttp read the clock when it took the request; a bare
+		// RequestCtx (in tests) has no time.
+		if acc.Time = ctx.Time(); acc.Time.IsZero() {
+			acc.Time = time.Now()
+		}
+	}
 	// fasthttp does not recover a panicking handler: the whole daemon would
 	// go down with one bad request. A panic is answered like any unexpected
 	// error: a logged request id and a 500 that shows nothing internal.
 	defer func() {
 		if rec := recover(); rec != nil {
-			s.writeError(ctx, fmt.Errorf("panic: %v", rec))
+			err := fmt.Errorf("panic: %v", rec)
+			s.writeError(ctx, err)
 			s.met.request(rOther, ctx.Response.StatusCode())
+			s.logAccess(ctx, &acc, err)
 		}
 	}()
 	r, err := s.route(ctx)
@@ -285,6 +309,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.writeError(ctx, err)
 	}
 	s.met.request(r, ctx.Response.StatusCode())
+	s.logAccess(ctx, &acc, err)
 }
 
 // route dispatches on the raw path (never fasthttp's decoded, normalised
