@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/hex"
@@ -402,4 +403,50 @@ func (b *bench) timeGET(path string, n int) (time.Duration, error) {
 		ds = append(ds, time.Since(start).Seconds())
 	}
 	return time.Duration(median(ds) * float64(time.Second)), nil
+}
+
+// h) the access log's cost on hits: two fresh daemons identical but for
+// REGISTRYD_PROXY_ACCESS_LOG, the log going to a file on disk as in
+// production, measured in alternating rounds with scenario a's load.
+func (b *bench) accessLogCost() error {
+	logPath := filepath.Join(b.work, "access-h.log")
+	on := &daemon{bin: b.reg.bin, dataDir: filepath.Join(b.work, "data-h-on"),
+		env: []string{"REGISTRYD_PROXY_ACCESS_LOG=true", "REGISTRYD_PROXY_ACCESS_LOG_PATH=" + logPath}}
+	off := &daemon{bin: b.reg.bin, dataDir: filepath.Join(b.work, "data-h-off"),
+		env: []string{"REGISTRYD_PROXY_ACCESS_LOG=false"}}
+	paths := smallPaths()
+	for _, d := range []*daemon{on, off} {
+		if err := d.start(); err != nil {
+			return err
+		}
+		defer d.stop()
+		if err := d.setup(b.origin.URL); err != nil {
+			return err
+		}
+		if err := warm(d.base(), d.BasicAuth, paths); err != nil {
+			return err
+		}
+	}
+	rs, bs, err := b.alternate(
+		func() (float64, error) { return b.load.rps(on.base(), paths, on.BasicAuth, 32, b.o.duration, false) },
+		func() (float64, error) { return b.load.rps(off.base(), paths, off.BasicAuth, 32, b.o.duration, false) },
+	)
+	if err != nil {
+		return err
+	}
+	dropped, err := on.metric("registryd_proxy_access_log_dropped_total")
+	if err != nil {
+		return err
+	}
+	lines := 0
+	if raw, err := os.ReadFile(logPath); err == nil {
+		lines = bytes.Count(raw, []byte("\n"))
+	}
+	f := figure{Scenario: "h", Name: "hits, 1 KB, access log on (file) vs off", Unit: "req/s", Better: "higher",
+		Registryd: median(rs), Baseline: median(bs), Against: "access log off", Samples: rs, BSamples: bs,
+		Goal: ">= 0.97x", Note: fmt.Sprintf("%d lines in the file before the last flush, %.0f dropped", lines, dropped)}
+	f.Met = met(f.Registryd >= 0.97*f.Baseline)
+	b.add(f)
+	fmt.Fprintf(os.Stderr, "bench:   (%s)\n", f.Note)
+	return nil
 }
