@@ -58,7 +58,8 @@ func main() {
 	}
 }
 
-// figure is one comparison. Ratio is registryd / baseline; Better says which
+// figure is one comparison. Ratio is registryd / baseline (of the medians,
+// unless the scenario says otherwise in Note); Better says which
 // direction wins ("higher" for rates, "lower" for times and sizes).
 type figure struct {
 	Scenario  string    `json:"scenario"`
@@ -185,7 +186,8 @@ func (b *bench) skip(why string) {
 }
 
 func (b *bench) add(f figure) {
-	if f.Baseline != 0 {
+	// A scenario may set its own ratio (h: the median of paired ratios).
+	if f.Baseline != 0 && f.Ratio == 0 {
 		f.Ratio = f.Registryd / f.Baseline
 	}
 	b.rep.Figures = append(b.rep.Figures, f)

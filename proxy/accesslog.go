@@ -483,12 +483,14 @@ var textBare, textRaw = func() (bare, raw [256]bool) {
 func appendGoEscaped(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
+		for i < len(s) && textRaw[s[i]] {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if textRaw[c] {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
