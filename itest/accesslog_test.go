@@ -98,3 +98,32 @@ func TestProxyAccessLog(t *testing.T) {
 		accessLines(t, 0, d.Logs)
 	})
 }
+
+// TestUpstreamURLCredentialsNeverLogged: a password written into an
+// upstream's URL (userinfo; a query is refused) works for fetching and,
+// like every credential of the suite, never reaches a log line (TestMain's
+// check), through a miss, a hit, a failing upstream and its 502.
+func TestUpstreamURLCredentialsNeverLogged(t *testing.T) {
+	up := newPxUpstream(t)
+	up.set(pxJar, pxFile{body: pxBody("jar", 512)})
+	d := Start(t, nil)
+	f := d.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	pass := registerSecret("upstream URL password", "url-embedded-pw-7a3c9e")
+	withCreds := strings.Replace(up.URL, "http://", "http://bot:"+pass+"@", 1)
+	d.Do("POST", vr("/registries/%d/upstreams", reg), rootToken, map[string]any{"url": withCreds}).Expect(t, 201)
+	d.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	d.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	// A second registry whose only upstream refuses connections: a 502
+	// whose reasons are logged.
+	dead := strings.Replace(withCreds, strings.TrimPrefix(up.srv.URL, "http://"), "127.0.0.1:1", 1)
+	reg2 := f.Registry(f.Group("beta", 0, "private"), "dead")
+	d.Do("POST", vr("/registries/%d/upstreams", reg2), rootToken, map[string]any{"url": dead}).Expect(t, 201)
+	if r := d.pxGet(t, reg2, pxJar, "PRIVATE-TOKEN", rootToken); r.Status != 502 && r.Status != 504 {
+		t.Fatalf("a dead upstream: %d %s", r.Status, r.Body)
+	}
+	lines := accessLines(t, 3, d.Logs)
+	if e, _ := lines[2]["error"].(string); !strings.Contains(e, "upstream ") {
+		t.Errorf("the 502's line has no upstream reason: %v", lines[2])
+	}
+}
