@@ -27,6 +27,7 @@ const benchRootToken = "rdpat-bench-root-token-0123456789"
 type daemon struct {
 	bin, dataDir string
 	pprof        string
+	env          []string // extra REGISTRYD_* settings
 	cmd          *exec.Cmd
 	exited       chan struct{}
 	Proxy, Admin string // base URLs
@@ -62,6 +63,7 @@ func (d *daemon) start() error {
 	if d.pprof != "" {
 		cmd.Env = append(cmd.Env, "REGISTRYD_ADMIN_PPROF_LISTEN="+d.pprof)
 	}
+	cmd.Env = append(cmd.Env, d.env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout = io.Discard
 	cmd.Stderr = pw
@@ -185,6 +187,25 @@ func (d *daemon) setup(originURL string) error {
 	d.Registry, d.Upstream = r.ID, up.ID
 	d.BasicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte("builder:"+tok.Token))
 	return nil
+}
+
+// metric reads one unlabelled sample from the daemon's /metrics (0 when absent).
+func (d *daemon) metric(name string) (float64, error) {
+	res, err := http.Get(d.Admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, nil
 }
 
 // base is the registry's download URL.

@@ -95,6 +95,14 @@ type Proxy struct {
 	MaxConnsPerClient int `yaml:"max_conns_per_client"`
 	// MaxUploadBytes caps a gateway upload body. Default 5GiB.
 	MaxUploadBytes ByteSize `yaml:"max_upload_bytes"`
+	// AccessLog writes one line per request of this listener (time, client,
+	// registry, path, status, bytes, duration, cache result, upstream, caller
+	// ids) in log.format, buffered. Default true.
+	AccessLog bool `yaml:"access_log"`
+	// AccessLogPath, when set, is a file the access log is appended to
+	// (created 0640); "" writes it where the daemon's log goes (stderr).
+	// Ignored while AccessLog is false. Default "".
+	AccessLogPath string `yaml:"access_log_path"`
 }
 
 // Admin is the management listener (net/http).
@@ -252,6 +260,7 @@ func Default() Config {
 			Concurrency:       8192,
 			MaxConnsPerClient: 256,
 			MaxUploadBytes:    5 * GiB,
+			AccessLog:         true,
 		},
 		Admin: Admin{
 			Listen:         "127.0.0.1:8081",
@@ -469,6 +478,16 @@ func (c Config) Validate() error {
 	case "text", "json":
 	default:
 		add("log.format (REGISTRYD_LOG_FORMAT): %q must be text or json", c.Log.Format)
+	}
+	if c.Proxy.AccessLogPath != "" {
+		// A path with access_log false is allowed: switching the log off
+		// from the environment must not require editing the file.
+		switch {
+		case strings.TrimSpace(c.Proxy.AccessLogPath) != c.Proxy.AccessLogPath || strings.ContainsRune(c.Proxy.AccessLogPath, 0):
+			add("proxy.access_log_path (REGISTRYD_PROXY_ACCESS_LOG_PATH): %q is not a usable file name", c.Proxy.AccessLogPath)
+		case strings.HasSuffix(c.Proxy.AccessLogPath, "/"):
+			add("proxy.access_log_path (REGISTRYD_PROXY_ACCESS_LOG_PATH): %q names a directory, not a file", c.Proxy.AccessLogPath)
+		}
 	}
 	if len(p) > 0 {
 		return p

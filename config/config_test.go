@@ -482,3 +482,22 @@ func TestMaxSBOMIngests(t *testing.T) {
 	cfg.Admin.MaxSBOMIngests = 0
 	wantProblems(t, cfg.Validate(), "admin.max_sbom_ingests must be at least 1, got 0")
 }
+
+func TestAccessLogSettings(t *testing.T) {
+	if cfg := Default(); !cfg.Proxy.AccessLog || cfg.Proxy.AccessLogPath != "" {
+		t.Fatalf("defaults: access_log %v, path %q; want on, to the main log", cfg.Proxy.AccessLog, cfg.Proxy.AccessLogPath)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_PROXY_ACCESS_LOG=false", "REGISTRYD_PROXY_ACCESS_LOG_PATH=/var/log/registryd/access.log"})
+	if err != nil || cfg.Proxy.AccessLog || cfg.Proxy.AccessLogPath != "/var/log/registryd/access.log" {
+		t.Fatalf("from the environment: %v, %+v", err, cfg.Proxy)
+	}
+	for _, bad := range []string{" access.log", "logs/", "a\x00b"} {
+		cfg := Default()
+		cfg.Proxy.AccessLogPath = bad
+		wantProblems(t, cfg.Validate(), "proxy.access_log_path (REGISTRYD_PROXY_ACCESS_LOG_PATH)")
+	}
+	if _, err := Load("", []string{"REGISTRYD_PROXY_ACCESS_LOG=maybe"}); err == nil ||
+		!strings.Contains(err.Error(), "REGISTRYD_PROXY_ACCESS_LOG") {
+		t.Fatalf("a non-boolean switch: %v", err)
+	}
+}

@@ -21,7 +21,7 @@ func TestBadInput(t *testing.T) {
 	reg := f.Registry(g, "main")
 	reg2 := f.Registry(g, "second")
 	stub := newUpstreamStub(t, func(w http.ResponseWriter, r *http.Request) {})
-	up := f.Upstream(reg, stub.URL+"/maven", map[string]any{"username": "bot", "password": "pw"})
+	up := f.Upstream(reg, stub.URL+"/maven", map[string]any{"username": "bot", "password": "badinput-bot-pw"})
 	var assoc int64
 	{
 		var list []map[string]any
@@ -69,7 +69,7 @@ func TestBadInput(t *testing.T) {
 		{"upstream without url", "POST", regUps, `{"name":"x"}`, "", 400, `{"error":"url is missing"}`},
 		{"association without ids", "POST", vr("/registry_upstreams"), `{}`, "", 400, `{"error":"registry_id is missing, upstream_id is missing"}`},
 		{"move without position", "PATCH", vr("/registry_upstreams/%d", assoc), `{}`, "", 400, `{"error":"position is missing"}`},
-		{"test without url", "POST", groupVR(g, "/upstreams/test"), `{"username":"u","password":"p"}`, "", 400, `{"error":"url is missing"}`},
+		{"test without url", "POST", groupVR(g, "/upstreams/test"), `{"username":"u","password":"no-url-test-pw"}`, "", 400, `{"error":"url is missing"}`},
 		{"user without anything", "POST", "/users", `{}`, "", 400, `{"error":"username is missing, name is missing, email is missing"}`},
 		{"member without level", "POST", fmt.Sprintf("/groups/%d/members", g), map[string]any{"user_id": uid}, "", 400, `{"error":"access_level is missing"}`},
 
@@ -81,7 +81,7 @@ func TestBadInput(t *testing.T) {
 		{"validity fractional", "PATCH", vr("/upstreams/%d", up), `{"metadata_cache_validity_hours":1.5}`, "", 400, `{"error":"metadata_cache_validity_hours is invalid"}`},
 		{"validity huge", "POST", regUps, `{"url":"http://127.0.0.7/m","cache_validity_hours":99999999999}`, "", 400, `{"error":"cache_validity_hours is invalid"}`},
 		{"validity as a bool", "POST", regUps, `{"url":"http://127.0.0.7/m","cache_validity_hours":true}`, "", 400, `{"error":"cache_validity_hours is invalid"}`},
-		{"username as an array", "POST", regUps, `{"url":"http://127.0.0.7/m","username":["u"],"password":"p"}`, "", 400, `{"error":"username is invalid, username, password provide all or none of parameters"}`},
+		{"username as an array", "POST", regUps, `{"url":"http://127.0.0.7/m","username":["u"],"password":"array-user-test-pw"}`, "", 400, `{"error":"username is invalid, username, password provide all or none of parameters"}`},
 		{"registry_id as a word", "POST", vr("/registry_upstreams"), map[string]any{"registry_id": "second", "upstream_id": up}, "", 400, `{"error":"registry_id is invalid"}`},
 		{"position as an object", "PATCH", vr("/registry_upstreams/%d", assoc), `{"position":{}}`, "", 400, `{"error":"position does not have a valid value"}`},
 		{"scopes as numbers", "POST", fmt.Sprintf("/users/%d/personal_access_tokens", uid), `{"name":"t","scopes":[1]}`, "", 400, `{"error":"scopes is invalid"}`},

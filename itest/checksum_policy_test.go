@@ -90,6 +90,7 @@ func TestChecksumPolicyConfigRefused(t *testing.T) {
 		"REGISTRYD_PROXY_LISTEN=127.0.0.1:0", "REGISTRYD_ADMIN_LISTEN=127.0.0.1:0",
 		"REGISTRYD_UPSTREAMS_CHECKSUM_POLICY=strict"}
 	out, err := cmd.CombinedOutput()
+	keepOutput(t, string(out))
 	if err == nil {
 		t.Fatalf("registryd started with checksum_policy strict:\n%s", out)
 	}

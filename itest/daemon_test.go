@@ -24,9 +24,11 @@ func runRegistryd(t *testing.T, env map[string]string, args ...string) (code int
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	secretsInEnv(env)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	keepOutput(t, out.String(), errb.String())
 	if ctx.Err() != nil {
 		t.Fatalf("registryd %v did not finish: %s%s", args, out.String(), errb.String())
 	}
@@ -180,7 +182,7 @@ func TestInitialRootToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := strings.TrimSpace(string(raw))
+	token := registerSecret("initial root token", strings.TrimSpace(string(raw)))
 	if len(token) < 20 {
 		t.Fatalf("token %q is too short", token)
 	}
@@ -235,7 +237,7 @@ func TestWrongSecretsKey(t *testing.T) {
 	d := Start(t, nil)
 	f := d.Fix(t)
 	reg := f.Registry(f.Group("acme", 0, "private"), "main")
-	f.Upstream(reg, "http://127.0.0.1:9/m", map[string]any{"username": "bot", "password": "pw"})
+	f.Upstream(reg, "http://127.0.0.1:9/m", map[string]any{"username": "bot", "password": "wrongkey-bot-pw"})
 	d.Stop()
 
 	env := quietEnv(d.DataDir)

@@ -23,9 +23,18 @@ import (
 // binary is the registryd built once for the whole package.
 var binary string
 
+// logDir keeps the whole output of every daemon the suite runs, for the
+// secret check after the run.
+var logDir string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "registryd-itest-")
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	logDir = filepath.Join(dir, "logs")
+	if err := os.Mkdir(logDir, 0o700); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -40,7 +49,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building registryd:", err)
 		os.Exit(1)
 	}
+	registerSecret("root token", rootToken)
 	code := m.Run()
+	// Every daemon ran at debug level; none may have logged a credential
+	// the suite used, in any line.
+	if leaks := checkSecrets(os.Stderr, logDir); leaks > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: %d credential(s) leaked into daemon logs; the logs are kept in %s\n", leaks, logDir)
+		os.Exit(1)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -88,11 +104,15 @@ func Start(t testing.TB, env map[string]string) *Daemon {
 		"REGISTRYD_ROOT_TOKEN":                    rootToken,
 		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK": "true",
 		"REGISTRYD_LOG_FORMAT":                    "json",
-		"REGISTRYD_SHUTDOWN_TIMEOUT":              "10s",
+		// Debug, so that the secret check after the run sees every line
+		// the daemon can write.
+		"REGISTRYD_LOG_LEVEL":        "debug",
+		"REGISTRYD_SHUTDOWN_TIMEOUT": "10s",
 	}}
 	for k, v := range env {
 		d.Env[k] = v
 	}
+	secretsInEnv(d.Env)
 	d.start()
 	t.Cleanup(func() { d.Stop() })
 	return d
@@ -107,15 +127,18 @@ func (d *Daemon) start() {
 	}
 	pr, pw := io.Pipe()
 	d.logs = &syncBuffer{}
-	cmd.Stdout = d.logs
-	cmd.Stderr = io.MultiWriter(d.logs, pw)
+	keep := keptLog(d.t)
+	cmd.Stdout = io.MultiWriter(d.logs, keep)
+	cmd.Stderr = io.MultiWriter(d.logs, keep, pw)
 	if err := cmd.Start(); err != nil {
+		keep.Close()
 		d.t.Fatalf("starting registryd: %v", err)
 	}
 	d.cmd = cmd
 	d.exited = make(chan struct{})
 	go func() {
 		d.exitErr = cmd.Wait()
+		keep.Close()
 		pw.Close()
 		close(d.exited)
 	}()
@@ -273,6 +296,7 @@ func doRequest(t testing.TB, method, url string, body any, hdr ...string) *Resp 
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	secretsInRequest(body, req.Header)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
@@ -282,6 +306,7 @@ func doRequest(t testing.TB, method, url string, body any, hdr ...string) *Resp 
 	if err != nil {
 		t.Fatalf("%s %s: reading body: %v", method, url, err)
 	}
+	secretsInAnswer(method, req.URL.Path, raw)
 	return &Resp{Status: res.StatusCode, Header: res.Header, Body: raw}
 }
 

@@ -153,7 +153,7 @@ func (w *permWorld) newCell(t *testing.T) *permCell {
 	c.reg = f.Registry(w.group, fmt.Sprintf("cell-%d", c.n))
 	c.creates = append(c.creates, c.reg)
 	created := w.d.Do("POST", vr("/registries/%d/upstreams", c.reg), rootToken,
-		map[string]any{"url": fmt.Sprintf("%s/cell-%d", w.stub.URL, c.n), "username": "bot", "password": "pw"}).Expect(t, 201).Map(t)
+		map[string]any{"url": fmt.Sprintf("%s/cell-%d", w.stub.URL, c.n), "username": "bot", "password": "cell-bot-pw"}).Expect(t, 201).Map(t)
 	c.up = int64(created["id"].(float64))
 	c.assoc = int64(created["registry_upstream"].(map[string]any)["id"].(float64))
 	return c
@@ -248,7 +248,7 @@ func permEndpoints(w *permWorld) []permEndpoint {
 			return vr("/upstreams/%d/test", c.up), nil
 		}},
 		{"test an upstream with overrides", "POST", guest, 200, func(c *permCell) (string, any) {
-			return vr("/upstreams/%d/test", c.up), map[string]any{"username": "other", "password": "other"}
+			return vr("/upstreams/%d/test", c.up), map[string]any{"username": "other", "password": "other-test-pw"}
 		}},
 		{"associate an upstream", "POST", maintainer, 201, func(c *permCell) (string, any) {
 			return vr("/registry_upstreams"), map[string]any{"registry_id": c.second(), "upstream_id": c.up}

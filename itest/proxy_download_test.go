@@ -216,7 +216,7 @@ func gatewayJWT(secret []byte) string {
 	s := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(p)
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte(s))
-	return s + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	return registerSecret("gateway JWT", s+"."+base64.RawURLEncoding.EncodeToString(mac.Sum(nil)))
 }
 
 // TestProxyGatewayUpload uploads a file as a gateway would, with the secret

@@ -2,6 +2,7 @@ package itest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"os"
@@ -91,6 +92,8 @@ func testClientThroughRegistryd(t *testing.T, fx *mavenFixture, repo *repoServer
 		URL:      d.Proxy + "/api/v4/virtual_registries/packages/maven/" + itoa(registry),
 		Username: "builder", Password: token,
 	}
+	// The build tools send it as Basic credentials.
+	registerSecret("builder's Basic credentials", base64.StdEncoding.EncodeToString([]byte("builder:"+token)))
 
 	// Cold: registryd fetches everything from the upstream.
 	first := build(t, fx, access)

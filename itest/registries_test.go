@@ -248,7 +248,7 @@ func TestUpstreamAnswers(t *testing.T) {
 			`{"error":"username, password provide all or none of parameters"}`},
 		{"PATCH blank name", "PATCH", vr("/upstreams/%d", upID), map[string]any{"name": ""}, 400, `{"error":"name is empty"}`},
 		{"PATCH blank url", "PATCH", vr("/upstreams/%d", upID), map[string]any{"url": ""}, 400, `{"error":"url is empty"}`},
-		{"create, password alone", "POST", vr("/registries/%d/upstreams", reg), map[string]any{"url": base, "password": "x"}, 400,
+		{"create, password alone", "POST", vr("/registries/%d/upstreams", reg), map[string]any{"url": base, "password": "password-alone-pw"}, 400,
 			`{"error":"username, password provide all or none of parameters"}`},
 		{"create, same url and credentials", "POST", vr("/registries/%d/upstreams", other), map[string]any{"url": "http://127.0.0.2:9/releases"}, 400,
 			`{"message":{"group":["already has a remote upstream with the same url and credentials"]}}`},
@@ -260,7 +260,7 @@ func TestUpstreamAnswers(t *testing.T) {
 			`{"message":{"url":["must be a valid URL"]}}`},
 		{"create, url too long", "POST", vr("/registries/%d/upstreams", reg), map[string]any{"url": "http://127.0.0.1/" + strings.Repeat("p", 250)}, 400,
 			`{"message":{"url":["is too long (maximum is 255 characters)"]}}`},
-		{"create, long username", "POST", vr("/registries/%d/upstreams", reg), map[string]any{"url": base, "username": strings.Repeat("u", 511), "password": "p"}, 400,
+		{"create, long username", "POST", vr("/registries/%d/upstreams", reg), map[string]any{"url": base, "username": strings.Repeat("u", 511), "password": "long-username-pw"}, 400,
 			`{"message":{"username":["is too long (maximum is 510 characters)"]}}`},
 		{"create, no url", "POST", vr("/registries/%d/upstreams", reg), map[string]any{"name": "x"}, 400, `{"error":"url is missing"}`},
 	} {
@@ -544,15 +544,15 @@ func TestConnectionTests(t *testing.T) {
 	for _, o := range testOutcomes {
 		t.Run(o.name, func(t *testing.T) {
 			url := stub.URL + "/" + o.name
-			up := f.Upstream(reg, url, map[string]any{"username": "bot", "password": "pw-" + o.name})
+			up := f.Upstream(reg, url, map[string]any{"username": "bot", "password": "upstream-test-pw-" + o.name})
 			calls := []struct {
 				method, path string
 				body         any
 			}{
-				{"POST", groupVR(g, "/upstreams/test"), map[string]any{"url": url, "username": "bot", "password": "pw-" + o.name}},
+				{"POST", groupVR(g, "/upstreams/test"), map[string]any{"url": url, "username": "bot", "password": "upstream-test-pw-" + o.name}},
 				{"GET", vr("/upstreams/%d/test", up), nil},
 				{"POST", vr("/upstreams/%d/test", up), nil},
-				{"POST", vr("/upstreams/%d/test", up), map[string]any{"username": "bot", "password": "pw-" + o.name}},
+				{"POST", vr("/upstreams/%d/test", up), map[string]any{"username": "bot", "password": "upstream-test-pw-" + o.name}},
 			}
 			for _, c := range calls {
 				before := len(stub.Requests())
@@ -563,7 +563,7 @@ func TestConnectionTests(t *testing.T) {
 				}
 				got := reqs[len(reqs)-1]
 				want := stubRequest{Method: "HEAD", Path: "/" + o.name + "/com/company/app/maven-metadata.xml",
-					User: "bot", Pass: "pw-" + o.name, HasAuth: true}
+					User: "bot", Pass: "upstream-test-pw-" + o.name, HasAuth: true}
 				if got != want {
 					t.Fatalf("%s %s: upstream saw %+v, want %+v", c.method, c.path, got, want)
 				}
@@ -588,13 +588,13 @@ func TestConnectionTests(t *testing.T) {
 		}
 		// A new url with new credentials.
 		wantResp(t, d.Do("POST", vr("/upstreams/%d/test", up), rootToken,
-			map[string]any{"url": stub.URL + "/200/new", "username": "u2", "password": "p2"}), 200, `{"success":true}`)
-		if got := stub.Last(t); got.User != "u2" || got.Pass != "p2" {
+			map[string]any{"url": stub.URL + "/200/new", "username": "u2", "password": "new-upstream-pw2"}), 200, `{"success":true}`)
+		if got := stub.Last(t); got.User != "u2" || got.Pass != "new-upstream-pw2" {
 			t.Fatalf("new url and credentials: %+v", got)
 		}
 		// New credentials against the stored url.
-		wantResp(t, d.Do("POST", vr("/upstreams/%d/test", up), rootToken, map[string]any{"username": "u3", "password": "p3"}), 200, `{"success":true}`)
-		if got := stub.Last(t); got.Path != "/200/stored/com/company/app/maven-metadata.xml" || got.User != "u3" || got.Pass != "p3" {
+		wantResp(t, d.Do("POST", vr("/upstreams/%d/test", up), rootToken, map[string]any{"username": "u3", "password": "override-pw3"}), 200, `{"success":true}`)
+		if got := stub.Last(t); got.Path != "/200/stored/com/company/app/maven-metadata.xml" || got.User != "u3" || got.Pass != "override-pw3" {
 			t.Fatalf("credentials only: %+v", got)
 		}
 		// The stored configuration was not changed by any of that.

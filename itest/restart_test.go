@@ -56,7 +56,7 @@ func (w *restartWorld) snapshot(t *testing.T, d *Daemon) string {
 // after a kill, everything reads back identical and still works.
 func TestRestart(t *testing.T) {
 	stub := newUpstreamStub(t, func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != "bot" || p != "s3cret" {
+		if u, p, ok := r.BasicAuth(); !ok || u != "bot" || p != "s3cret-releases-pw" {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
@@ -102,8 +102,8 @@ func TestRestart(t *testing.T) {
 	extra := f.Registry(acme, "extra")
 	public := f.Registry(open, "public")
 	w.registries = []int64{main, extra, public}
-	w.good = f.Upstream(main, stub.URL+"/releases", map[string]any{"username": "bot", "password": "s3cret", "name": "Releases", "cache_validity_hours": 0})
-	w.bad = f.Upstream(main, stub.URL+"/snapshots", map[string]any{"username": "bot", "password": "wrong", "metadata_cache_validity_hours": 2})
+	w.good = f.Upstream(main, stub.URL+"/releases", map[string]any{"username": "bot", "password": "s3cret-releases-pw", "name": "Releases", "cache_validity_hours": 0})
+	w.bad = f.Upstream(main, stub.URL+"/snapshots", map[string]any{"username": "bot", "password": "wrong-snapshots-pw", "metadata_cache_validity_hours": 2})
 	w.anon = f.Upstream(main, stub.URL+"/public", map[string]any{"description": "anonymous"})
 	f.Upstream(public, stub.URL+"/open", nil)
 	d.Do("POST", vr("/registry_upstreams"), rootToken, map[string]any{"registry_id": extra, "upstream_id": w.good}).Expect(t, 201)
@@ -129,7 +129,7 @@ func TestRestart(t *testing.T) {
 		// upstream's Basic auth, the wrong one still fails it.
 		before := len(stub.Requests())
 		wantResp(t, d.Do("GET", vr("/upstreams/%d/test", w.good), w.tokens["alice"], nil), 200, `{"success":true}`)
-		if got := stub.Last(t); got.User != "bot" || got.Pass != "s3cret" || got.Path != "/releases/com/company/app/maven-metadata.xml" {
+		if got := stub.Last(t); got.User != "bot" || got.Pass != "s3cret-releases-pw" || got.Path != "/releases/com/company/app/maven-metadata.xml" {
 			t.Fatalf("the upstream saw %+v", got)
 		}
 		wantResp(t, d.Do("GET", vr("/upstreams/%d/test", w.bad), w.tokens["alice"], nil), 200,

@@ -106,13 +106,25 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 	e := &env{t: t, cfg: cfg, st: st, blobs: blobs, clock: clock, reg: reg, group: g, registry: r.ID,
 		secret: []byte("gateway-secret-for-tests-0123456789"),
 		client: &http.Client{Transport: &http.Transport{DisableCompression: true}}}
-	e.srv, err = New(Deps{
+	// As main does: the access log goes to proxy.access_log_path when a
+	// test sets one (and none is written otherwise).
+	var accessLog *os.File
+	if cfg.Proxy.AccessLogPath != "" {
+		if accessLog, err = os.OpenFile(cfg.Proxy.AccessLogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deps := Deps{
 		Config: cfg, Store: st, Blobs: blobs, Auth: auth.New(st, cfg, clock.Now),
 		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
 			ConnectTimeout: cfg.Upstreams.ConnectTimeout, HeaderTimeout: cfg.Upstreams.HeaderTimeout,
 			CheckTimeout: cfg.Upstreams.CheckTimeout}),
 		Registerer: reg, GatewaySecret: e.secret, Now: clock.Now,
-	})
+	}
+	if accessLog != nil {
+		deps.AccessLog = accessLog
+	}
+	e.srv, err = New(deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +148,9 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 		}
 		e.srv.StopCollector()
 		st.Close()
+		if accessLog != nil {
+			accessLog.Close()
+		}
 	})
 	return e
 }

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -60,6 +61,9 @@ type Deps struct {
 	// shows it. Default: a tracker of the proxy's own, built from
 	// Config.Upstreams.
 	Health *upstream.Health
+	// AccessLog receives the access log (one line per request, in
+	// log.format) when proxy.access_log is on; nil turns it off.
+	AccessLog io.Writer
 }
 
 // Sizes of the in-memory resolution caches. Both are validated against
@@ -86,6 +90,7 @@ type Server struct {
 	idPrefix string
 	srv      *fasthttp.Server
 	conns    *connLimiter // wraps every listener Serve is given
+	alog     *accessLog   // nil when off
 
 	regs    *lru.Cache[int64, *registryView]
 	entries *lru.Cache[entryKey, *entryView]
@@ -214,6 +219,11 @@ func New(d Deps) (*Server, error) {
 	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
+	if d.AccessLog != nil && d.Config.Proxy.AccessLog {
+		if s.alog, err = newAccessLog(d.AccessLog, d.Config.Log.Format == "json", d.Registerer, d.Logger); err != nil {
+			return nil, fmt.Errorf("proxy access log: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -318,6 +328,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.flightsMu.Unlock()
 	s.fillStop()
 	s.fills.Wait()
+	s.alog.close()
 	return err
 }
 
@@ -327,14 +338,23 @@ var downloadPrefix = []byte("/api/v4/virtual_registries/packages/maven/")
 var uploadSuffix = []byte("/upload")
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	x := exchange{ctx: ctx}
+	if s.alog != nil {
+		// fasthttp read the clock when it took the request; a bare
+		// RequestCtx (in tests) has no time.
+		if x.start = ctx.Time(); x.start.IsZero() {
+			x.start = time.Now()
+		}
+	}
 	// fasthttp does not recover a panicking handler: the whole daemon would
 	// go down with one bad request. A panic is answered like any unexpected
 	// error: a logged request id and a 500 that shows nothing internal.
-	x := exchange{ctx: ctx, start: time.Now()}
 	defer func() {
 		if rec := recover(); rec != nil {
-			s.writeError(ctx, fmt.Errorf("panic: %v", rec))
+			err := fmt.Errorf("panic: %v", rec)
+			s.writeError(ctx, err)
 			s.met.request(rOther, ctx.Response.StatusCode())
+			s.logAccess(&x, err)
 		}
 	}()
 	r, err := s.route(&x)
@@ -345,6 +365,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if x.reg != nil && x.res != resNone {
 		s.met.series.lookup(x.reg.id, x.up, x.path.Kind, x.res)
 	}
+	s.logAccess(&x, err)
 }
 
 // route dispatches on the raw path (never fasthttp's decoded, normalised

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -101,8 +102,43 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// lockedWriter serialises writes to a log destination that is not a file:
+// the main log and the access log write from different goroutines. (An
+// *os.File needs no lock: each Write is whole under the file's own lock.)
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// accessLogWriter is where the proxy's access log goes: nowhere when it is
+// off, proxy.access_log_path when set (appended to, so logrotate's
+// copytruncate works), else the main log's destination. name says which,
+// for the start line.
+func accessLogWriter(cfg config.Config, logw io.Writer) (w io.Writer, name string, closeFn func() error, err error) {
+	switch {
+	case !cfg.Proxy.AccessLog:
+		return nil, "off", func() error { return nil }, nil
+	case cfg.Proxy.AccessLogPath == "":
+		return logw, "log", func() error { return nil }, nil
+	}
+	f, err := os.OpenFile(cfg.Proxy.AccessLogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("access log: %w", err)
+	}
+	return f, cfg.Proxy.AccessLogPath, f.Close, nil
+}
+
 // serve runs registryd until ctx is cancelled, then stops gracefully.
 func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
+	if _, ok := logw.(*os.File); !ok {
+		logw = &lockedWriter{w: logw}
+	}
 	log := newLogger(cfg, logw)
 	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -160,6 +196,16 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	accessW, accessName, closeAccess, err := accessLogWriter(cfg, logw)
+	if err != nil {
+		return err
+	}
+	// Closed after the proxy listener's Shutdown (below), which flushes it.
+	defer func() {
+		if err := closeAccess(); err != nil {
+			log.Error("closing the access log", "err", err)
+		}
+	}()
 
 	// Bind both listeners before serving anything, so a taken port fails
 	// the start as a whole.
@@ -189,7 +235,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		return err
 	}
 	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
-		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret})
+		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW})
 	if err != nil {
 		return err
 	}
@@ -212,7 +258,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	proxySrv.Start()
 	serving.Store(true)
 	log.Info("registryd started", "version", version, "proxy", proxyLn.Addr().String(),
-		"admin", adminLn.Addr().String(), "data_dir", cfg.Data.Dir)
+		"admin", adminLn.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName)
 
 	var runErr error
 	select {

@@ -1,0 +1,628 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"registryd/config"
+)
+
+// fullRecord has every field set; accessTime is in a non-UTC zone so the
+// line must convert it.
+var accessTime = time.Date(2026, 5, 1, 14, 3, 4, 123_987_000, time.FixedZone("CEST", 2*3600))
+
+func fullRecord() accessRecord {
+	return accessRecord{
+		Time: accessTime, Duration: 1234567 * time.Microsecond, Client: net.ParseIP("10.1.2.3"),
+		Method: "GET", Path: "/api/v4/virtual_registries/packages/maven/3/org/x/1.0/x-1.0.jar",
+		Registry: 3, Status: 200, Bytes: 1024, Result: resRevalidated, Upstream: 7,
+		User: 12, Token: 34, DeployToken: 0, RequestID: "", Error: "", UA: "Apache-Maven/3.9.6 (Java 21; Linux)",
+	}
+}
+
+func TestAccessLineText(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  func(r *accessRecord)
+		want string
+	}{
+		{"every field", func(r *accessRecord) {},
+			`time=2026-05-01T12:03:04.123Z level=INFO msg=access client=10.1.2.3 method=GET registry=3 ` +
+				`path=/api/v4/virtual_registries/packages/maven/3/org/x/1.0/x-1.0.jar status=200 bytes=1024 ` +
+				`duration=1.234567 result=revalidated upstream=7 user=12 token=34 ua="Apache-Maven/3.9.6 (Java 21; Linux)"`},
+		{"an early error leaves out what is not known", func(r *accessRecord) {
+			*r = accessRecord{Time: accessTime, Duration: 90 * time.Microsecond, Client: net.ParseIP("::1"), Method: "GET",
+				Path: "/nope", Status: 404, Bytes: 26, Error: "404 Not Found"}
+		}, `time=2026-05-01T12:03:04.123Z level=INFO msg=access client=::1 method=GET path=/nope status=404 bytes=26 ` +
+			`duration=0.000090 error="404 Not Found"`},
+		{"a deploy token, a 502 with its upstream reasons, a request id", func(r *accessRecord) {
+			r.User, r.Token, r.DeployToken, r.Result, r.Status, r.Bytes = 0, 0, 5, resNone, 502, 0
+			r.Error = "upstream 7: answered 503 Service Unavailable; upstream 9: connection refused"
+			r.RequestID = "0a1b2c3d-5f"
+			r.UA = ""
+		}, `time=2026-05-01T12:03:04.123Z level=INFO msg=access client=10.1.2.3 method=GET registry=3 ` +
+			`path=/api/v4/virtual_registries/packages/maven/3/org/x/1.0/x-1.0.jar status=502 bytes=0 duration=1.234567 ` +
+			`upstream=7 deploy_token=5 request_id=0a1b2c3d-5f ` +
+			`error="upstream 7: answered 503 Service Unavailable; upstream 9: connection refused"`},
+		{"quotes, newlines, control characters, invalid UTF-8 and '=' are quoted and escaped", func(r *accessRecord) {
+			*r = accessRecord{Time: accessTime, Client: net.ParseIP("10.1.2.3"), Method: "G=T",
+				Path: "/a\"b\nc\x1b[31m\xff\xfe", Status: 400, UA: "evil\r\nlevel=ERROR msg=\"forged\"\x00é"}
+		}, `time=2026-05-01T12:03:04.123Z level=INFO msg=access client=10.1.2.3 method="G=T" ` +
+			`path="/a\"b\nc\x1b[31m\xff\xfe" status=400 bytes=0 duration=0.000000 ` +
+			`ua="evil\r\nlevel=ERROR msg=\"forged\"\x00é"`},
+		{"a query never reaches the line", func(r *accessRecord) {
+			r.Path = "/api/v4/virtual_registries/packages/maven/3/x.jar?private_token=glpat-SECRET&x=1"
+		}, `time=2026-05-01T12:03:04.123Z level=INFO msg=access client=10.1.2.3 method=GET registry=3 ` +
+			`path=/api/v4/virtual_registries/packages/maven/3/x.jar status=200 bytes=1024 ` +
+			`duration=1.234567 result=revalidated upstream=7 user=12 token=34 ua="Apache-Maven/3.9.6 (Java 21; Linux)"`},
+		{"an empty path, no client, a negative duration", func(r *accessRecord) {
+			*r = accessRecord{Time: accessTime, Duration: -time.Second, Method: "GET", Status: 400}
+		}, `time=2026-05-01T12:03:04.123Z level=INFO msg=access client=- method=GET path="" status=400 bytes=0 duration=0.000000`},
+		{"an IPv4-mapped client", func(r *accessRecord) {
+			*r = accessRecord{Time: accessTime, Client: net.ParseIP("::ffff:192.0.2.1"), Method: "HEAD", Path: "/", Status: 200}
+		}, `time=2026-05-01T12:03:04.123Z level=INFO msg=access client=192.0.2.1 method=HEAD path=/ status=200 bytes=0 duration=0.000000`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := fullRecord()
+			tc.rec(&r)
+			got := string(appendAccessText(nil, &r))
+			if got != tc.want+"\n" {
+				t.Fatalf("line\n got %s\nwant %s", got, tc.want)
+			}
+			// Whatever went in, a line is one line, and it parses back.
+			if strings.Count(got, "\n") != 1 {
+				t.Fatalf("%d newlines", strings.Count(got, "\n"))
+			}
+			fields := parseLogfmt(t, strings.TrimSuffix(got, "\n"))
+			if fields["msg"] != "access" || fields["path"] != cutQuery(r.Path) && len(r.Path) <= maxLogPath {
+				t.Fatalf("parsed back: %q", fields)
+			}
+			if r.UA != "" && fields["ua"] != r.UA && utf8Valid(r.UA) {
+				t.Fatalf("ua parsed back as %q, want %q", fields["ua"], r.UA)
+			}
+		})
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// parseLogfmt parses a logfmt line as slog's TextHandler writes it: bare
+// values or Go-quoted strings.
+func parseLogfmt(t *testing.T, line string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for line != "" {
+		k, rest, ok := strings.Cut(line, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \"") {
+			t.Fatalf("bad key at %q", line)
+		}
+		var v string
+		if strings.HasPrefix(rest, `"`) {
+			q, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				t.Fatalf("bad quoted value at %q: %v", rest, err)
+			}
+			v, _ = strconv.Unquote(q)
+			rest = rest[len(q):]
+		} else {
+			v, rest, _ = strings.Cut(rest, " ")
+			rest = " " + rest
+			if rest == " " {
+				rest = ""
+			}
+		}
+		if _, dup := out[k]; dup {
+			t.Fatalf("key %s twice", k)
+		}
+		out[k] = v
+		if rest != "" {
+			if rest[0] != ' ' {
+				t.Fatalf("no space after %s=%q: %q", k, v, rest)
+			}
+			rest = rest[1:]
+		}
+		line = rest
+	}
+	return out
+}
+
+func TestAccessLineJSON(t *testing.T) {
+	r := fullRecord()
+	got := string(appendAccessJSON(nil, &r))
+	want := `{"time":"2026-05-01T12:03:04.123Z","level":"INFO","msg":"access","client":"10.1.2.3","method":"GET",` +
+		`"registry":3,"path":"/api/v4/virtual_registries/packages/maven/3/org/x/1.0/x-1.0.jar","status":200,` +
+		`"bytes":1024,"duration":1.234567,"result":"revalidated","upstream":7,"user":12,"token":34,` +
+		`"ua":"Apache-Maven/3.9.6 (Java 21; Linux)"}` + "\n"
+	if got != want {
+		t.Fatalf("line\n got %s\nwant %s", got, want)
+	}
+
+	// Escaping: every hostile string survives as valid JSON, one line, and
+	// reads back as itself (invalid UTF-8 as U+FFFD, as encoding/json does).
+	hostile := accessRecord{Time: accessTime, Client: net.ParseIP("2001:db8::1"), Method: "GET",
+		Path:  "/a\"b\\c\nd\te\x00\x1f\x7f\xff\u2028é?private_token=glpat-SECRET",
+		UA:    "ua\"\r\n}{\"level\":\"ERROR\"\xc3",
+		Error: "upstream 1: answered 500 \"oops\"", RequestID: "r\n1", Status: 500, Result: resMiss}
+	line := appendAccessJSON(nil, &hostile)
+	if bytes.Count(line, []byte("\n")) != 1 || line[len(line)-1] != '\n' {
+		t.Fatalf("not one line: %q", line)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(line, &m); err != nil {
+		t.Fatalf("not JSON (%v): %s", err, line)
+	}
+	for k, want := range map[string]any{
+		"path": "/a\"b\\c\nd\te\x00\x1f\x7f\uFFFD\u2028é", "ua": "ua\"\r\n}{\"level\":\"ERROR\"\uFFFD",
+		"error": "upstream 1: answered 500 \"oops\"", "request_id": "r\n1", "client": "2001:db8::1",
+		"status": 500.0, "result": "miss", "level": "INFO",
+	} {
+		if m[k] != want {
+			t.Errorf("%s = %q, want %q", k, m[k], want)
+		}
+	}
+	if bytes.Contains(line, []byte("SECRET")) || bytes.Contains(line, []byte("private_token")) {
+		t.Fatalf("the query reached the line: %s", line)
+	}
+	for _, raw := range []string{"\x7f", "\u2028", "\x00"} {
+		if bytes.Contains(line, []byte(raw)) {
+			t.Errorf("%q written raw: %s", raw, line)
+		}
+	}
+}
+
+func TestAccessLineBounds(t *testing.T) {
+	r := fullRecord()
+	r.UA = strings.Repeat("a", maxLogUA-1) + "é" + strings.Repeat("b", 100) // é straddles the bound
+	r.Path = "/" + strings.Repeat("p", 10_000)
+	r.Method = strings.Repeat("M", 100)
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			var line []byte
+			var ua, path, method string
+			if format == "json" {
+				line = appendAccessJSON(nil, &r)
+				var m map[string]any
+				if err := json.Unmarshal(line, &m); err != nil {
+					t.Fatal(err)
+				}
+				ua, path, method = m["ua"].(string), m["path"].(string), m["method"].(string)
+			} else {
+				line = appendAccessText(nil, &r)
+				f := parseLogfmt(t, strings.TrimSuffix(string(line), "\n"))
+				ua, path, method = f["ua"], f["path"], f["method"]
+			}
+			// The cut falls before é, not inside it.
+			if ua != strings.Repeat("a", maxLogUA-1)+"..." {
+				t.Errorf("ua cut to %q", ua)
+			}
+			if len(path) != maxLogPath+3 || !strings.HasSuffix(path, "...") {
+				t.Errorf("path of %d bytes", len(path))
+			}
+			if method != strings.Repeat("M", maxLogMethod)+"..." {
+				t.Errorf("method %q", method)
+			}
+			if len(line) > 4096 {
+				t.Errorf("a line of %d bytes", len(line))
+			}
+		})
+	}
+}
+
+func TestAccessErrorReasons(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{errFileNotFound, "404 File not found on any upstream Not Found"},
+		{errInsufficient, "insufficient_scope"},
+		{errRouteNotFound, "404 Not Found"},
+		{&missError{failures: []upstreamFailure{{upstream: 4, err: errShortBody}}}, "upstream 4: body ended before its Content-Length"},
+		{&fillError{err: errTooLarge}, "file is larger than the cache accepts"},
+		{fmt.Errorf("open /data/blobs/ab/cd: permission denied"), "internal error"},
+	}
+	for _, tc := range tests {
+		if got := accessError(tc.err); got != tc.want {
+			t.Errorf("accessError(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// lockedBuffer is a destination tests read while the log writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestAccessLogCloseFlushesEverything(t *testing.T) {
+	var dst lockedBuffer
+	// The ticker never fires: only full batches and close write.
+	l, err := startAccessLog(&dst, false, nil, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000 // several 64 KiB batches
+	r := fullRecord()
+	for i := range n {
+		r.Bytes = int64(i)
+		l.write(&r)
+	}
+	l.close()
+	lines := strings.Split(strings.TrimSuffix(dst.String(), "\n"), "\n")
+	if len(lines) != n || l.droppedLines() != 0 {
+		t.Fatalf("%d lines written, %d dropped, want %d and 0", len(lines), l.droppedLines(), n)
+	}
+	for i, line := range lines {
+		if f := parseLogfmt(t, line); f["bytes"] != strconv.Itoa(i) {
+			t.Fatalf("line %d is %s: out of order or torn", i, line)
+		}
+	}
+	// A line after close (a request that outlived the drain) is dropped
+	// and counted, never written behind the writer's back.
+	l.write(&r)
+	if got := strings.Count(dst.String(), "\n"); got != n || l.droppedLines() != 1 {
+		t.Fatalf("a line after close: %d lines, %d dropped", got, l.droppedLines())
+	}
+	l.close() // twice is fine
+}
+
+func TestAccessLogFlushesOnATimer(t *testing.T) {
+	var dst lockedBuffer
+	l, err := startAccessLog(&dst, true, nil, nil, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	r := fullRecord()
+	l.write(&r)
+	deadline := time.Now().Add(10 * time.Second)
+	for dst.String() == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("a lone line was never flushed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := dst.String(); got != string(appendAccessJSON(nil, &r)) {
+		t.Fatalf("flushed %q", got)
+	}
+}
+
+func TestAccessLogConcurrentWriters(t *testing.T) {
+	var dst lockedBuffer
+	l, err := startAccessLog(&dst, true, nil, nil, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 2000
+	// Writers in a tight loop can outrun the destination on a busy machine:
+	// then lines are dropped, never torn or reordered, and every line is
+	// either written or counted.
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := fullRecord()
+			r.Registry = int64(w + 1)
+			for i := range each {
+				r.Bytes = int64(i)
+				l.write(&r)
+			}
+		}()
+	}
+	wg.Wait()
+	l.close()
+	next := map[float64]float64{}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSuffix(dst.String(), "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("torn line %q: %v", line, err)
+		}
+		reg, b := m["registry"].(float64), m["bytes"].(float64)
+		if b < next[reg] {
+			t.Fatalf("writer %v: line %v after %v", reg, b, next[reg]-1)
+		}
+		next[reg] = b + 1
+		n++
+	}
+	if int64(n)+l.droppedLines() != writers*each {
+		t.Fatalf("%d lines + %d dropped, want %d", n, l.droppedLines(), writers*each)
+	}
+	t.Logf("%d lines written, %d dropped", n, l.droppedLines())
+}
+
+// stalledWriter blocks every Write until released.
+type stalledWriter struct {
+	release chan struct{}
+	entered chan struct{}
+	once    sync.Once
+	lockedBuffer
+}
+
+func (s *stalledWriter) Write(p []byte) (int, error) {
+	s.once.Do(func() { close(s.entered) })
+	<-s.release
+	return s.lockedBuffer.Write(p)
+}
+
+// TestAccessLogStalledDestination: a destination that blocks never blocks
+// a request; once 2 MiB wait, lines are dropped and counted, and every line
+// is either written or counted.
+func TestAccessLogStalledDestination(t *testing.T) {
+	dst := &stalledWriter{release: make(chan struct{}), entered: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	l, err := startAccessLog(dst, false, reg, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fullRecord()
+	line := appendAccessText(nil, &r)
+	n := 2 * maxAccessBufs * accessBufSize / len(line) // twice what can wait
+	start := time.Now()
+	for range n {
+		l.write(&r)
+	}
+	// Not a timing assertion: a blocked write would never return at all.
+	t.Logf("%d writes against a stalled destination took %v", n, time.Since(start))
+	<-dst.entered
+	dropped := l.droppedLines()
+	if dropped == 0 || dropped >= int64(n) {
+		t.Fatalf("%d of %d lines dropped", dropped, n)
+	}
+	if got := droppedMetric(t, reg); got != float64(dropped) {
+		t.Fatalf("metric %v, counted %d", got, dropped)
+	}
+	close(dst.release)
+	l.close()
+	written := strings.Count(dst.String(), "\n")
+	if int64(written)+l.droppedLines() != int64(n) {
+		t.Fatalf("%d written + %d dropped != %d", written, l.droppedLines(), n)
+	}
+	if got := droppedMetric(t, reg); got != float64(l.droppedLines()) {
+		t.Fatalf("metric %v, counted %d", got, l.droppedLines())
+	}
+}
+
+func droppedMetric(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "registryd_proxy_access_log_dropped_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no registryd_proxy_access_log_dropped_total")
+	return 0
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write(p []byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestAccessLogWriteErrorsCountAsDropped(t *testing.T) {
+	l, err := startAccessLog(failingWriter{}, true, nil, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fullRecord()
+	for range 10 {
+		l.write(&r)
+	}
+	l.close()
+	if l.droppedLines() != 10 {
+		t.Fatalf("%d dropped, want 10", l.droppedLines())
+	}
+}
+
+func TestNilAccessLogIsOff(t *testing.T) {
+	var l *accessLog
+	r := fullRecord()
+	l.write(&r)
+	l.close()
+}
+
+// TestAccessLogOfRequests: the listener writes one line per request with
+// what it knows of every request; the query and the credentials of a
+// request never reach it.
+func TestAccessLogOfRequests(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	e := newEnv(t, func(c *config.Config) { c.Proxy.AccessLogPath = path; c.Log.Format = "json" })
+	up := newFakeUpstream(t)
+	up.set(jarPath, fakeFile{body: jarBytes(jarPath, 1024)})
+	up.set("org/x/broken/1/broken-1.pom", fakeFile{status: 500})
+	uid := e.upstream(up.URL, nil, nil)
+	e.get(jarPath).expect(t, 200)
+	e.get(jarPath, "User-Agent", "Apache-Maven/3.9.6 \"quoted\"").expect(t, 200)
+	reg := strconv.FormatInt(e.registry, 10)
+	e.do("GET", "/"+reg+"/"+jarPath+"?private_token="+rootToken, nil).expect(t, 200)
+	e.do("GET", "/"+reg+"/"+jarPath, nil, "Private-Token", "rdpat-wrong-token-0123456789").expect(t, 401)
+	e.do("GET", "/"+reg+"/org/a/../b.jar", nil, "Private-Token", rootToken).expect(t, 400)
+	e.do("DELETE", "/"+reg+"/"+jarPath, nil).expect(t, 405)
+	e.get("org/x/broken/1/broken-1.pom").expect(t, 502)
+
+	// Shutdown (in the cleanup) flushes; here the timer does: poll.
+	var lines []map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		raw, _ := os.ReadFile(path)
+		if n := bytes.Count(raw, []byte("\n")); n >= 7 || time.Now().After(deadline) {
+			if bytes.Contains(raw, []byte(rootToken)) || bytes.Contains(raw, []byte("rdpat-wrong-token")) {
+				t.Fatalf("a token reached the access log:\n%s", raw)
+			}
+			for _, l := range bytes.Split(bytes.TrimSpace(raw), []byte("\n")) {
+				var m map[string]any
+				if err := json.Unmarshal(l, &m); err != nil {
+					t.Fatalf("%v: %s", err, l)
+				}
+				lines = append(lines, m)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(lines) != 7 {
+		t.Fatalf("%d lines, want 7: %v", len(lines), lines)
+	}
+	want := []struct {
+		method string
+		status float64
+		bytes  float64
+		err    string
+	}{
+		{"GET", 200, 1024, ""},
+		{"GET", 200, 1024, ""},
+		{"GET", 200, 1024, ""},
+		{"GET", 401, float64(len(errUnauthorized.body)), "401 Unauthorized"},
+		{"GET", 400, -1, "path contains '..'"},
+		{"DELETE", 405, -1, "405 Not Allowed"},
+		{"GET", 502, -1, "upstream " + strconv.FormatInt(uid, 10) + ": answered 500 Internal Server Error"},
+	}
+	for i, w := range want {
+		m := lines[i]
+		if m["msg"] != "access" || m["method"] != w.method || m["status"] != w.status || m["client"] != "127.0.0.1" ||
+			(w.bytes >= 0 && m["bytes"] != w.bytes) || (w.err != "" && m["error"] != w.err) || (w.err == "" && m["error"] != nil) {
+			t.Errorf("line %d: %v", i, m)
+		}
+		if p, _ := m["path"].(string); !strings.HasPrefix(p, "/api/v4/virtual_registries/packages/maven/"+reg+"/") {
+			t.Errorf("line %d: path %q", i, p)
+		}
+		if d, ok := m["duration"].(float64); !ok || d < 0 || d > 60 {
+			t.Errorf("line %d: duration %v", i, m["duration"])
+		}
+	}
+	if lines[1]["ua"] != "Apache-Maven/3.9.6 \"quoted\"" {
+		t.Errorf("ua %q", lines[1]["ua"])
+	}
+	// What resolution adds: registry, caller, result, upstream.
+	root, err := e.st.UserByUsername("root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []struct {
+		result   string
+		upstream float64
+		user     bool
+	}{{"miss", float64(uid), true}, {"hit", float64(uid), true}, {"hit", float64(uid), true},
+		{"", 0, false}, {"", 0, false}, {"", 0, false}, {"miss", 0, true}} {
+		m := lines[i]
+		res, _ := m["result"].(string)
+		upID, _ := m["upstream"].(float64)
+		if res != w.result || upID != w.upstream {
+			t.Errorf("line %d: result %q upstream %v, want %q %v", i, res, upID, w.result, w.upstream)
+		}
+		if w.user && (m["registry"] != float64(e.registry) || m["user"] != float64(root.ID) || m["token"] == nil) {
+			t.Errorf("line %d: registry %v user %v token %v", i, m["registry"], m["user"], m["token"])
+		}
+	}
+}
+
+// TestAccessLogOffByConfig: proxy.access_log false writes nothing even with
+// a destination.
+func TestAccessLogOffByConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	e := newEnv(t, func(c *config.Config) { c.Proxy.AccessLogPath = path; c.Proxy.AccessLog = false })
+	e.do("GET", "/1/x.jar", nil).expect(t, 401)
+	if e.srv.alog != nil {
+		t.Fatal("an access log although proxy.access_log is false")
+	}
+}
+
+func BenchmarkAccessLog(b *testing.B) {
+	for _, format := range []string{"text", "json"} {
+		b.Run(format, func(b *testing.B) {
+			l, err := startAccessLog(io.Discard, format == "json", nil, nil, accessFlushInterval)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.close()
+			r := fullRecord()
+			b.SetBytes(int64(len(appendAccessText(nil, &r))))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Time = time.Now()
+				l.write(&r)
+			}
+		})
+	}
+	b.Run("parallel", func(b *testing.B) {
+		l, err := startAccessLog(io.Discard, false, nil, nil, accessFlushInterval)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.close()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			r := fullRecord()
+			for pb.Next() {
+				l.write(&r)
+			}
+		})
+	})
+}
+
+// BenchmarkHitAccessLog is BenchmarkHit/1KiB with the access log off and
+// on (to a file, as in production): the log's cost per hit in the handler.
+func BenchmarkHitAccessLog(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "file"}[on], func(b *testing.B) {
+			e := newEnv(b, func(c *config.Config) {
+				if on {
+					c.Proxy.AccessLogPath = filepath.Join(b.TempDir(), "access.log")
+				}
+			})
+			up := newFakeUpstream(b)
+			up.set(jarPath, fakeFile{body: jarBytes(jarPath, 1024)})
+			e.upstream(up.URL, nil, nil)
+			e.get(jarPath).expect(b, 200)
+			uri := "/api/v4/virtual_registries/packages/maven/" + strconv.FormatInt(e.registry, 10) + "/" + jarPath
+			var ctx fasthttp.RequestCtx
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx.Request.Reset()
+				ctx.Response.Reset()
+				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+				ctx.Request.SetRequestURI(uri)
+				ctx.Request.Header.Set("Private-Token", rootToken)
+				ctx.Request.Header.Set("User-Agent", "Apache-Maven/3.9.6 (Java 21; Linux)")
+				e.srv.handle(&ctx)
+				if ctx.Response.StatusCode() != fasthttp.StatusOK {
+					b.Fatalf("status %d", ctx.Response.StatusCode())
+				}
+			}
+			if on && e.srv.alog.droppedLines() != 0 {
+				b.Logf("%d lines dropped", e.srv.alog.droppedLines())
+			}
+		})
+	}
+}
