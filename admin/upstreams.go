@@ -141,6 +141,23 @@ func (s *Server) checkURL(ctx context.Context, raw string) (string, error) {
 	return norm, err
 }
 
+// splitUserinfo takes credentials written into an upstream url
+// (https://user:pass@host/...) out of it: the url is returned without them
+// and they become the upstream's username and password, so the password is
+// sealed at rest like any other and never shown again (the url is
+// returned by every read of the upstream). ok is false when the url has
+// none.
+func splitUserinfo(norm string) (base, user, pass string, ok bool) {
+	u, err := url.Parse(norm)
+	if err != nil || u.User == nil {
+		return norm, "", "", false
+	}
+	user = u.User.Username()
+	pass, _ = u.User.Password()
+	u.User = nil
+	return u.String(), user, pass, true
+}
+
 func (s *Server) listGroupUpstreams(w http.ResponseWriter, r *http.Request) error {
 	g, _, err := s.vrGroup(r, read)
 	if err != nil {
@@ -204,6 +221,9 @@ func (s *Server) createUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	if desc != nil {
 		n.Description = *desc
+	}
+	if base, iu, ip, ok := splitUserinfo(n.URL); ok {
+		n.URL, n.Username, n.Password = base, iu, ip
 	}
 	if user != nil {
 		n.Username, n.Password = *user, *pass
@@ -286,6 +306,12 @@ func (s *Server) updateUpstream(w http.ResponseWriter, r *http.Request) error {
 		norm, err := s.checkURL(r.Context(), *p.URL)
 		if err != nil {
 			return err
+		}
+		if base, iu, ip, ok := splitUserinfo(norm); ok {
+			norm = base
+			if p.Username == nil && p.Password == nil {
+				p.Username, p.Password = &iu, &ip
+			}
 		}
 		p.URL = &norm
 	}

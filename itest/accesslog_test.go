@@ -1,6 +1,7 @@
 package itest
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -111,7 +112,12 @@ func TestUpstreamURLCredentialsNeverLogged(t *testing.T) {
 	reg := f.Registry(f.Group("acme", 0, "private"), "main")
 	pass := registerSecret("upstream URL password", "url-embedded-pw-7a3c9e")
 	withCreds := strings.Replace(up.URL, "http://", "http://bot:"+pass+"@", 1)
-	d.Do("POST", vr("/registries/%d/upstreams", reg), rootToken, map[string]any{"url": withCreds}).Expect(t, 201)
+	created := d.Do("POST", vr("/registries/%d/upstreams", reg), rootToken, map[string]any{"url": withCreds}).Expect(t, 201)
+	// The credentials leave the url: the password is sealed like any other
+	// and never returned.
+	if bytes.Contains(created.Body, []byte(pass)) || !bytes.Contains(created.Body, []byte(`"username":"bot"`)) {
+		t.Fatalf("created upstream: %s", created.Body)
+	}
 	d.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
 	d.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
 	// A second registry whose only upstream refuses connections: a 502
