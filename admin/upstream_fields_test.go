@@ -398,3 +398,27 @@ func TestUpstreamHealthForgotten(t *testing.T) {
 		t.Fatal("deleting a registry forgot the health of an upstream another registry still uses")
 	}
 }
+
+// Credentials written into an upstream url become its username and
+// password, on POST and on PATCH: the url every read returns carries none.
+func TestUpstreamURLUserinfoBecomesCredentials(t *testing.T) {
+	e := newUpstreamEnv(t)
+	create := vrBase + fmt.Sprintf("/registries/%d/upstreams", e.registry.ID)
+	r := e.send(http.MethodPost, create, "maintainer", `{"url":"https://bot:s3cret-in-url@creds.example/m2"}`).want(t, 201)
+	m := object(t, r)
+	if m["url"] != "https://creds.example/m2" || m["username"] != "bot" || bytes.Contains(r.body, []byte("s3cret-in-url")) {
+		t.Fatalf("created %s", r.body)
+	}
+	id := int64(m["id"].(float64))
+	if u, err := e.st.Upstream(id); err != nil || u.Username != "bot" || u.Password != "s3cret-in-url" || strings.Contains(u.URL, "@") {
+		t.Fatalf("stored %+v, %v", u, err)
+	}
+	r = e.send(http.MethodPatch, vrBase+fmt.Sprintf("/upstreams/%d", id), "maintainer",
+		`{"url":"https://robot:other-pw-in-url@creds2.example/m2"}`).want(t, 200)
+	if m = object(t, r); m["url"] != "https://creds2.example/m2" || m["username"] != "robot" || bytes.Contains(r.body, []byte("other-pw-in-url")) {
+		t.Fatalf("patched %s", r.body)
+	}
+	if u, _ := e.st.Upstream(id); u.Password != "other-pw-in-url" {
+		t.Fatal("the url's password was not kept as the password")
+	}
+}
