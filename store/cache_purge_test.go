@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -351,5 +352,81 @@ func TestCollectWanted(t *testing.T) {
 	}
 	if woken() {
 		t.Fatal("a failed purge woke the collector")
+	}
+}
+
+// TestPurgePublishCollectConcurrently runs fills, purges and the collector
+// at once and checks the invariants afterwards: every live entry's blob file
+// exists, every reference count equals the entries that point at the blob,
+// and once the collector is done no blob file is left that nothing refers to.
+func TestPurgePublishCollectConcurrently(t *testing.T) {
+	e := newBlobEnv(t)
+	const rounds = 80
+	var wg sync.WaitGroup
+	fail := func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		for i := range rounds {
+			rel := fmt.Sprintf("/g/a/%d/a-%d.jar", i%5, i%5)
+			_, err := e.tryPublish(rel, fmt.Sprintf("bytes %d", i%7))
+			fail(err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range rounds / 4 {
+			_, err := e.s.PurgeUpstreamCache(e.up)
+			fail(err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			_, err := e.b.Collect(e.s, 2)
+			fail(err)
+		}
+	}()
+	wg.Wait()
+	check := func() {
+		t.Helper()
+		counts := map[string]int64{}
+		noErr(t, e.s.db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(bktCacheEntries).ForEach(func(k, v []byte) error {
+				var ce CacheEntry
+				getJSON(tx.Bucket(bktCacheEntries), k, &ce)
+				counts[ce.SHA256]++
+				if !purgedTx(tx, &ce) && !exists(e.b.Path(ce.SHA256)) {
+					t.Errorf("live entry %s has no blob file", ce.RelativePath)
+				}
+				return nil
+			})
+		}))
+		for sha, n := range counts {
+			if got := refs(t, e.s, sha); got != n {
+				t.Errorf("blob %s: %d references, %d entries", sha[:8], got, n)
+			}
+		}
+	}
+	check()
+	for {
+		r, err := e.b.Collect(e.s, 2)
+		noErr(t, err)
+		if !r.More {
+			break
+		}
+	}
+	check()
+	if st := e.s.CacheStats(); st.Pending != 0 {
+		t.Fatalf("after collection: %+v", st)
+	}
+	sweep, err := e.b.Sweep(e.s)
+	noErr(t, err)
+	if sweep.Removed != 0 {
+		t.Fatalf("the collector left %d blob files nothing refers to", sweep.Removed)
 	}
 }
