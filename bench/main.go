@@ -32,6 +32,7 @@ type options struct {
 	out      string
 	keep     bool
 	scaleN   int
+	purgeN   int
 	pprof    string
 }
 
@@ -40,10 +41,11 @@ func main() {
 	var only string
 	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds per comparison (medians are reported)")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one load run")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..h); default all")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..h, purge); default all")
 	flag.StringVar(&o.out, "out", "bench/out/latest.json", "where to write the JSON results")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.IntVar(&o.scaleN, "scale-entries", 1_000_000, "cache entries for the scale scenario")
+	flag.IntVar(&o.purgeN, "purge-entries", 100_000, "cache entries (each with its own blob) purged in the purge scenario")
 	flag.StringVar(&o.pprof, "pprof", "", "serve registryd's pprof on this address (for profiling a scenario)")
 	flag.Parse()
 	if only != "" {
@@ -161,6 +163,7 @@ func run(o options) error {
 		{"e", b.peakMemory, "peak RSS while 50 clients download the 64 MB artifact"},
 		{"g", b.replay, "replay of a Maven build's request mix against nginx proxy_cache"},
 		{"h", b.accessLogCost, "cache-hit requests/s with the access log on (to a file) vs off"},
+		{"purge", b.purge, "hit latency while a registry of 100k entries is purged and collected"},
 		{"f", b.scale, "1M cache entries: hit rate, start-up, searches"},
 	}
 	for _, s := range scenarios {

@@ -34,8 +34,8 @@ type daemon struct {
 	StartupTime  time.Duration
 
 	// Set by setup.
-	Registry, Upstream int64
-	BasicAuth          string // "Basic ..." for the bench user
+	Group, Registry, Upstream int64
+	BasicAuth                 string // "Basic ..." for the bench user
 }
 
 func buildRegistryd(dir string) (string, error) {
@@ -184,7 +184,7 @@ func (d *daemon) setup(originURL string) error {
 		map[string]any{"name": "bench", "scopes": []string{"read_virtual_registry"}}, &tok); err != nil {
 		return err
 	}
-	d.Registry, d.Upstream = r.ID, up.ID
+	d.Group, d.Registry, d.Upstream = g.ID, r.ID, up.ID
 	d.BasicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte("builder:"+tok.Token))
 	return nil
 }

@@ -221,7 +221,9 @@ type Auth struct {
 type Cache struct {
 	// MaxFileBytes refuses to cache larger files. Default 5GiB.
 	MaxFileBytes ByteSize `yaml:"max_file_bytes"`
-	// CollectInterval is how often the collector removes entries pending destruction. Default 2s.
+	// CollectInterval is how often the collector looks for entries pending destruction
+	// (deleted or purged); each delete or purge also wakes it at once, and a run goes on,
+	// batch after batch, until nothing waits. Default 2s.
 	CollectInterval time.Duration `yaml:"collect_interval"`
 	// FlushInterval is how often download counters are written. Default 1s.
 	FlushInterval time.Duration `yaml:"flush_interval"`

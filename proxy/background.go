@@ -90,15 +90,28 @@ func (s *Server) FlushDownloads() error {
 	return nil
 }
 
-// collectBatch is how many pending entries one collector transaction
-// destroys: small enough to keep write transactions short.
+// collectBatch is how many entries one collector transaction destroys at
+// most: small enough that the transaction is a few milliseconds and the
+// unlinks after it take one core for well under one scheduling period.
 const collectBatch = 512
 
-// CollectOnce runs the collector until no entry is pending (or an error).
-func (s *Server) CollectOnce() (store.CollectResult, error) {
+// collectRest is how long the collector pauses after each batch, as a
+// multiple of the time the batch took: 1 keeps it to about half of one core
+// however long the work, so a purge of a large cache leaves the hits the
+// CPU (unlinking blob files is kernel time that Go's scheduler does not
+// see), and still drains at a rate proportional to the machine's.
+const collectRest = 1
+
+// CollectOnce runs the collector until no entry waits for destruction (or
+// an error).
+func (s *Server) CollectOnce() (store.CollectResult, error) { return s.collect(nil) }
+
+// collect runs batches until no entry waits, stop is closed, or an error.
+func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
 	var total store.CollectResult
 	s.met.collectorRuns.Inc()
 	for {
+		start := time.Now()
 		r, err := s.blobs.Collect(s.st, collectBatch)
 		total.Entries += r.Entries
 		total.BlobsRemoved += r.BlobsRemoved
@@ -110,8 +123,17 @@ func (s *Server) CollectOnce() (store.CollectResult, error) {
 			s.met.collectorErrors.Inc()
 			return total, err
 		}
-		if r.Entries < collectBatch {
+		if !r.More {
 			break
+		}
+		if rest := time.Duration(collectRest * float64(time.Since(start))); rest > 0 {
+			t := time.NewTimer(rest)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return total, nil
+			}
 		}
 	}
 	if total.Entries > 0 {
@@ -121,8 +143,29 @@ func (s *Server) CollectOnce() (store.CollectResult, error) {
 	return total, nil
 }
 
+// collector runs the collector every cache.collect_interval, and at once
+// when a delete or purge commits (store.CollectWanted), until stop closes.
+func (s *Server) collector(stop, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.Cache.CollectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-s.st.CollectWanted():
+		}
+		if _, err := s.collect(stop); err != nil {
+			s.log.Error("collecting cache entries", "err", err)
+		}
+	}
+}
+
 // Start runs the background work: the download-count flusher (every
-// cache.flush_interval) and the collector (every cache.collect_interval).
+// cache.flush_interval) and the collector (every cache.collect_interval, and
+// at once after a delete or purge; a purge left by a crash is resumed at the
+// first period).
 func (s *Server) Start() {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
@@ -136,11 +179,7 @@ func (s *Server) Start() {
 			s.log.Warn("flushing download counts", "err", err)
 		}
 	})
-	go s.every(s.cfg.Cache.CollectInterval, s.collectorStop, s.collectorDone, func() {
-		if _, err := s.CollectOnce(); err != nil {
-			s.log.Error("collecting cache entries", "err", err)
-		}
-	})
+	go s.collector(s.collectorStop, s.collectorDone)
 }
 
 func (s *Server) every(d time.Duration, stop, done chan struct{}, fn func()) {

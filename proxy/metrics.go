@@ -147,7 +147,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		}),
 		collectorRuns: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "collector", Name: "runs_total",
-			Help: "Collector runs (one per cache.collect_interval).",
+			Help: "Collector runs (every cache.collect_interval, and at once after a delete or purge).",
 		}),
 		collectorEntries: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "collector", Name: "entries_total",

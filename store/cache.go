@@ -32,6 +32,10 @@ type CacheEntry struct {
 	// request revalidates it (and keeps it when the upstream is down). A
 	// successful revalidation (TouchCacheEntry) or a new fill clears it.
 	Invalidated bool `json:"invalidated,omitempty"`
+	// PurgeEpoch is the epoch of the upstream's purge in progress when the
+	// entry was written, 0 when none was: the entry is purged once a mark
+	// of a higher epoch stands (see cache_purge.go). Internal to the store.
+	PurgeEpoch uint64 `json:"purge_epoch,omitempty"`
 }
 
 // Limits of a cache entry.
@@ -79,11 +83,30 @@ func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 	}
 	e.GroupID = u.GroupID
 	e.Invalidated = false
+	mark, marked := purgeMarkTx(tx, e.UpstreamID)
+	e.PurgeEpoch = 0
+	if marked {
+		e.PurgeEpoch = mark.Epoch
+	}
 	b := tx.Bucket(bktCacheEntries)
 	key := cacheKey(e.UpstreamID, e.RelativePath)
 	var old CacheEntry
 	e.CreatedAt, e.UpdatedAt = now, now
-	if getJSON(b, key, &old) {
+	switch {
+	case !getJSON(b, key, &old):
+	case marked && old.PurgeEpoch < mark.Epoch:
+		// The old entry is purged: destroyed here as the collector would
+		// destroy it, and the new one starts afresh (its own creation
+		// time, no inherited downloads). The put below replaces its record.
+		var gone Collected
+		if err := destroyEntryTx(tx, key, old, &gone); err != nil {
+			return err
+		}
+		mark.Remaining = max(0, mark.Remaining-1)
+		if err := tx.Bucket(bktCachePurges).Put(itob(e.UpstreamID), mark.encode()); err != nil {
+			return err
+		}
+	default:
 		e.CreatedAt = old.CreatedAt
 		e.DownloadsCount += old.DownloadsCount
 		if e.DownloadedAt == nil {
@@ -106,7 +129,8 @@ func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 func (s *Store) CacheEntry(upstream int64, rel string) (CacheEntry, error) {
 	var e CacheEntry
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if !getJSON(tx.Bucket(bktCacheEntries), cacheKey(upstream, rel), &e) {
+		if !liveEntryTx(tx, cacheKey(upstream, rel), &e) {
+			e = CacheEntry{}
 			return notFound("Cache entry")
 		}
 		return nil
@@ -118,10 +142,10 @@ func (s *Store) CacheEntry(upstream int64, rel string) (CacheEntry, error) {
 // given order, that has one. ok is false when none has.
 func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktCacheEntries)
 		for _, id := range upstreams {
-			if getJSON(b, cacheKey(id, rel), &e) {
-				ok = true
+			var c CacheEntry
+			if liveEntryTx(tx, cacheKey(id, rel), &c) {
+				e, ok = c, true
 				return nil
 			}
 		}
@@ -137,7 +161,7 @@ func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time)
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
-		if !getJSON(b, key, &e) {
+		if !liveEntryTx(tx, key, &e) {
 			return notFound("Cache entry")
 		}
 		e.CheckedAt = checkedAt.UTC().Truncate(time.Millisecond)
@@ -155,7 +179,8 @@ func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, er
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
-		if !getJSON(b, key, &e) {
+		if !liveEntryTx(tx, key, &e) {
+			e = CacheEntry{}
 			return notFound("Cache entry")
 		}
 		e.Invalidated = true
@@ -175,6 +200,7 @@ func (s *Store) InvalidateUpstreamCache(upstream int64) (int, error) {
 		}
 		b := tx.Bucket(bktCacheEntries)
 		prefix := itob(upstream)
+		epoch := purgeEpochTx(tx, upstream)
 		var keys [][]byte
 		var entries []CacheEntry
 		c := b.Cursor()
@@ -182,6 +208,9 @@ func (s *Store) InvalidateUpstreamCache(upstream int64) (int, error) {
 			var e CacheEntry
 			if err := json.Unmarshal(v, &e); err != nil {
 				return err
+			}
+			if e.PurgeEpoch < epoch {
+				continue // purged
 			}
 			n++
 			if e.Invalidated {
@@ -221,7 +250,7 @@ func (s *Store) AddDownloads(batch []DownloadCount) error {
 		for _, d := range batch {
 			key := cacheKey(d.UpstreamID, d.Rel)
 			var e CacheEntry
-			if !getJSON(b, key, &e) {
+			if !liveEntryTx(tx, key, &e) {
 				continue
 			}
 			e.DownloadsCount += d.Count
@@ -252,8 +281,12 @@ func (s *Store) ListCacheEntries(upstream int64, search string, offset, limit in
 			return notFound("Upstream")
 		}
 		entries := tx.Bucket(bktCacheEntries)
+		// While a purge of the upstream is in progress its purged entries
+		// are still indexed, and only their records tell them apart: each
+		// match is then decoded, however far down the list.
+		epoch := purgeEpochTx(tx, upstream)
 		if strings.HasPrefix(needle, "/") {
-			page, total = listByPrefix(entries, upstream, needle, offset, limit)
+			page, total = listByPrefix(entries, upstream, needle, epoch, offset, limit)
 			return nil
 		}
 		lowered := []byte(strings.ToLower(needle))
@@ -264,9 +297,13 @@ func (s *Store) ListCacheEntries(upstream int64, search string, offset, limit in
 			if len(lowered) > 0 && !containsFold(rel, lowered) {
 				continue
 			}
-			if total >= offset && len(page) < limit {
+			onPage := total >= offset && len(page) < limit
+			if onPage || epoch != 0 {
 				var e CacheEntry
-				if getJSON(entries, cacheKey(upstream, string(rel)), &e) {
+				if !getJSON(entries, cacheKey(upstream, string(rel)), &e) || e.PurgeEpoch < epoch {
+					continue
+				}
+				if onPage {
 					page = append(page, e)
 				}
 			}
@@ -279,13 +316,13 @@ func (s *Store) ListCacheEntries(upstream int64, search string, offset, limit in
 
 // listByPrefix ranges over the entries whose path starts with prefix and
 // orders them newest first.
-func listByPrefix(b *bolt.Bucket, upstream int64, prefix string, offset, limit int) ([]CacheEntry, int) {
+func listByPrefix(b *bolt.Bucket, upstream int64, prefix string, epoch uint64, offset, limit int) ([]CacheEntry, int) {
 	start := cacheKey(upstream, prefix)
 	var all []CacheEntry
 	c := b.Cursor()
 	for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, start); k, v = c.Next() {
 		var e CacheEntry
-		if err := json.Unmarshal(v, &e); err == nil {
+		if err := json.Unmarshal(v, &e); err == nil && e.PurgeEpoch >= epoch {
 			all = append(all, e)
 		}
 	}
@@ -347,8 +384,9 @@ func equalFoldASCII(s, lower []byte) bool {
 
 // --- destruction ---
 
-// pendingEntry is an entry marked for destruction: invisible to lookups and
-// lists, still holding its blob reference until the collector runs.
+// pendingEntry is an entry marked for destruction by a single delete:
+// invisible to lookups and lists, still holding its blob reference until the
+// collector runs. (Purges mark a whole upstream instead, see cache_purge.go.)
 type pendingEntry struct {
 	SHA256   string    `json:"sha256"`
 	Size     int64     `json:"size"`
@@ -370,41 +408,23 @@ func markPendingTx(tx *bolt.Tx, key []byte, e CacheEntry, now time.Time) error {
 	return tx.Bucket(bktCacheEntries).Delete(key)
 }
 
-func markUpstreamPendingTx(tx *bolt.Tx, upstream int64, now time.Time) (int, error) {
-	b := tx.Bucket(bktCacheEntries)
-	prefix := itob(upstream)
-	var keys [][]byte
-	var entries []CacheEntry
-	c := b.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		var e CacheEntry
-		getJSON(b, k, &e)
-		keys = append(keys, slices.Clone(k))
-		entries = append(entries, e)
-	}
-	for i, k := range keys {
-		if err := markPendingTx(tx, k, entries[i], now); err != nil {
-			return 0, err
-		}
-	}
-	return len(keys), nil
-}
-
 // DeleteCacheEntry marks one entry for destruction.
 func (s *Store) DeleteCacheEntry(upstream int64, rel string) error {
 	defer s.forget.bump(upstream)
 	return s.update(false, true, func(tx *bolt.Tx) error {
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
-		if !getJSON(tx.Bucket(bktCacheEntries), key, &e) {
+		if !liveEntryTx(tx, key, &e) {
 			return notFound("Cache entry")
 		}
 		return markPendingTx(tx, key, e, s.clock())
 	})
 }
 
-// PurgeUpstreamCache marks every entry of the upstream for destruction and
-// returns how many.
+// PurgeUpstreamCache purges every entry of the upstream and returns how
+// many. It is one small transaction whatever the size of the cache: the
+// entries are absent from its commit on, and the collector destroys them
+// afterwards in batches (see cache_purge.go).
 func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
 	n := 0
 	defer s.forget.bump(upstream)
@@ -419,8 +439,9 @@ func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
 	return n, err
 }
 
-// PurgeRegistryCache marks every entry of the registry's exclusive upstreams
-// (those in no other registry) for destruction, in one transaction.
+// PurgeRegistryCache purges every entry of the registry's exclusive upstreams
+// (those in no other registry), in one transaction, as PurgeUpstreamCache
+// does for one upstream.
 func (s *Store) PurgeRegistryCache(registry int64) (int, error) {
 	n := 0
 	defer s.forgetRegistry(registry)
@@ -450,10 +471,15 @@ type Collected struct {
 	// Unreferenced lists blobs no entry refers to any more; the caller removes
 	// their files.
 	Unreferenced []string
+	// More says that entries wait for destruction after this batch.
+	More bool
 }
 
-// CollectPending destroys up to max entries marked for destruction, in one
-// transaction, and reports the blobs that lost their last reference.
+// CollectPending destroys up to max entries waiting for destruction, in one
+// transaction: first those of single deletes, then those of purges in
+// progress (visiting at most purgeScanFactor*max keys of them). It reports
+// the blobs that lost their last reference and whether work is left. It does
+// not move the cache generation: what it destroys was already absent.
 func (s *Store) CollectPending(max int) (Collected, error) {
 	var out Collected
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -479,10 +505,25 @@ func (s *Store) CollectPending(max int) (Collected, error) {
 				return err
 			}
 		}
+		if out.Entries < max {
+			if err := collectPurgesTx(tx, max-out.Entries, &out); err != nil {
+				return err
+			}
+		}
+		first, _ := p.Cursor().First()
+		mark, _ := tx.Bucket(bktCachePurges).Cursor().First()
+		out.More = first != nil || mark != nil
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return Collected{}, err
+	}
+	return out, nil
 }
+
+// CollectWanted receives a value after a commit that gave the collector work
+// (a delete or a purge), so that it need not wait for its next period.
+func (s *Store) CollectWanted() <-chan struct{} { return s.collect }
 
 // BlobReferenced reports whether any entry, live or pending, refers to the blob.
 func (s *Store) BlobReferenced(sha256 string) bool {
@@ -499,12 +540,14 @@ type CacheStats struct {
 	Entries, Pending, Blobs int
 }
 
-// CacheStats counts entries, pending entries and referenced blobs.
+// CacheStats counts live entries, entries waiting for destruction (deleted
+// or purged) and referenced blobs.
 func (s *Store) CacheStats() CacheStats {
 	var st CacheStats
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		st.Entries = tx.Bucket(bktCacheEntries).Stats().KeyN
-		st.Pending = tx.Bucket(bktCachePending).Stats().KeyN
+		purged := int(purgeRemainingTx(tx))
+		st.Entries = tx.Bucket(bktCacheEntries).Stats().KeyN - purged
+		st.Pending = tx.Bucket(bktCachePending).Stats().KeyN + purged
 		st.Blobs = tx.Bucket(bktBlobRefs).Stats().KeyN
 		return nil
 	})

@@ -43,6 +43,7 @@ var (
 
 	bktCacheEntries = []byte("cache_entries") // upstream id + relative path -> CacheEntry
 	bktCachePending = []byte("cache_pending") // pending seq -> pendingEntry (marked for destruction)
+	bktCachePurges  = []byte("cache_purges")  // upstream id -> purgeMark (a purge in progress); sequence: the last epoch
 	bktBlobRefs     = []byte("blob_refs")     // sha256 hex -> reference count (uint64)
 	// Live entries newest first: upstream id + ^created_at ms + relative path -> nil.
 	// Listing pages and substring searches walk these keys without decoding a record.
@@ -74,7 +75,7 @@ var allBuckets = [][]byte{
 	bktGroups, bktGroupsByPath, bktGroupChildren, bktProjects, bktProjectsPath, bktGroupProjects,
 	bktGroupMembers, bktProjectMembers, bktUserGroups, bktUserProjects,
 	bktRegistries, bktGroupRegs, bktUpstreams, bktGroupUpstreams, bktAssocs, bktRegAssocs, bktUpAssocs,
-	bktCacheEntries, bktCachePending, bktBlobRefs, bktCacheByTime,
+	bktCacheEntries, bktCachePending, bktCachePurges, bktBlobRefs, bktCacheByTime,
 	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
 }
@@ -89,8 +90,10 @@ var (
 // schemaVersion is written on every open; an older registryd refuses a
 // database of a newer version. 2: dependency lists are stored in binary
 // chunks (dependencies.go, depLayoutChunks); lists written by version 1 are
-// still read and are rewritten by the project's next upload.
-const schemaVersion = 2
+// still read and are rewritten by the project's next upload. 3: purges are
+// marks carried out in batches (cache_purge.go); an older registryd would
+// serve the entries of a purge in progress.
+const schemaVersion = 3
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {

@@ -43,6 +43,9 @@ type Store struct {
 	cacheGen atomic.Uint64
 	// forget voids the proxy's negative cache per upstream (forget.go).
 	forget forgetEpochs
+	// collect receives a value (never blocking, buffer 1) after a commit
+	// that gave the collector work; see CollectWanted.
+	collect chan struct{}
 }
 
 // ErrLocked means another process holds the database.
@@ -100,7 +103,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	st := &Store{db: db, sealer: s, now: o.Now}
+	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -160,15 +163,35 @@ func (s *Store) Stats() Stats {
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
 
 // update runs fn in one write transaction and bumps the given generations after
-// a successful commit.
+// a successful commit. A cache commit that marked entries for destruction (the
+// pending and purge buckets draw a sequence number for each mark) also wakes
+// the collector.
 func (s *Store) update(auth, cache bool, fn func(tx *bolt.Tx) error) error {
-	err := s.db.Update(fn)
+	work := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if !cache {
+			return fn(tx)
+		}
+		pending, purges := tx.Bucket(bktCachePending), tx.Bucket(bktCachePurges)
+		p, m := pending.Sequence(), purges.Sequence()
+		if err := fn(tx); err != nil {
+			return err
+		}
+		work = pending.Sequence() != p || purges.Sequence() != m
+		return nil
+	})
 	if err == nil {
 		if auth {
 			s.authGen.Add(1)
 		}
 		if cache {
 			s.cacheGen.Add(1)
+		}
+		if work {
+			select {
+			case s.collect <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return err
