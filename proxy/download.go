@@ -446,12 +446,12 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		if up.id == skip {
 			continue
 		}
-		if s.negative.absent(s.st, up, rel, now) {
-			s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
-			failures = append(failures, upstreamFailure{upstream: up.id, err: errRememberedAbsent})
-			continue
-		}
-		if err := s.refusedFor(up, rel); err != nil {
+		if mark, ok := s.marks.recall(s.st, up.id, rel, now); ok {
+			err := mark.refused
+			if err == nil {
+				s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
+				err = errRememberedAbsent
+			}
 			failures = append(failures, upstreamFailure{upstream: up.id, err: err})
 			continue
 		}

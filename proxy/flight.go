@@ -383,7 +383,7 @@ func (s *Server) fill(f *flight) {
 			if f.reval {
 				s.dropGone(f)
 			}
-			s.negative.remember(s.st, f.up, f.key.rel, epoch, s.now())
+			s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
 			noBody(flightNotFound, nil)
 		case errors.Is(err, upstream.ErrBadAnswer):
 			noBody(flightFailed, s.refuse(f, err))
@@ -525,7 +525,7 @@ func (s *Server) fill(f *flight) {
 // publish makes the verified body of f the cache entry of its upstream and
 // path.
 func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
-	s.negative.forget(f.up.id, f.key.rel)
+	s.marks.forget(f.up.id, f.key.rel)
 	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
 		UpstreamID:   f.up.id,
 		RelativePath: f.relSlash,

@@ -74,8 +74,7 @@ type gauges struct {
 	inflight func() int
 	pending  func() int
 	memory   func() int64
-	// catalog lists the registries and upstreams that exist; nil leaves
-	// series of deleted ones alone (tests without a store).
+	// catalog lists the registries and upstreams that exist.
 	catalog func() (store.Catalog, error)
 	// health is an upstream's health, for registryd_upstream_healthy.
 	health func(id int64) upstream.HealthStatus
@@ -200,13 +199,9 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Help: "Bytes of small cached files also held in memory (cache.memory_bytes bounds it).",
 		}, func() float64 { return float64(g.memory()) }),
 	}
-	if g.catalog != nil {
-		// The per-registry and per-upstream series go through the catalog
-		// collector, which prunes those of deleted ones before each scrape.
-		cs = append(cs, &catalogCollector{m: m, g: g})
-	} else {
-		cs = append(cs, m.lookups, m.servedBytes, m.saved, m.upstreamReqs, m.refusals, m.skipped)
-	}
+	// The per-registry and per-upstream series go through the catalog
+	// collector, which prunes those of deleted ones before each scrape.
+	cs = append(cs, &catalogCollector{m: m, g: g})
 	if reg == nil {
 		return m, nil
 	}

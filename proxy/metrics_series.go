@@ -188,7 +188,7 @@ var (
 		"Requests waiting for a free slot of the upstream's cap.",
 		[]string{"upstream"}, nil)
 	negativeEntriesDesc = prometheus.NewDesc("registryd_cache_negative_entries",
-		"(upstream, path) pairs remembered as absent (the negative cache), expired ones included until evicted.",
+		"(upstream, path) answers remembered, absent (the negative cache) or refused, expired ones included until evicted.",
 		nil, nil)
 )
 
@@ -215,28 +215,21 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(registryInfoDesc, prometheus.GaugeValue, 1,
 				idLabel(r.ID), idLabel(r.GroupID), r.Name)
 		}
-		var load map[int64]gateLoad
-		if c.g.gates != nil {
-			load = c.g.gates()
-		}
+		load := c.g.gates()
 		for _, u := range cat.Upstreams {
 			id := idLabel(u.ID)
 			ch <- prometheus.MustNewConstMetric(upstreamInfoDesc, prometheus.GaugeValue, 1, id, idLabel(u.GroupID), u.Name)
-			if c.g.health != nil {
-				v := 1.0
-				if c.g.health(u.ID).State != upstream.Healthy {
-					v = 0
-				}
-				ch <- prometheus.MustNewConstMetric(upstreamHealthyDesc, prometheus.GaugeValue, v, id)
+			healthy := 1.0
+			if c.g.health(u.ID).State != upstream.Healthy {
+				healthy = 0
 			}
+			ch <- prometheus.MustNewConstMetric(upstreamHealthyDesc, prometheus.GaugeValue, healthy, id)
 			l := load[u.ID]
 			ch <- prometheus.MustNewConstMetric(upstreamActiveDesc, prometheus.GaugeValue, float64(l.active), id)
 			ch <- prometheus.MustNewConstMetric(upstreamQueuedDesc, prometheus.GaugeValue, float64(l.waiting), id)
 		}
 	}
-	if c.g.negatives != nil {
-		ch <- prometheus.MustNewConstMetric(negativeEntriesDesc, prometheus.GaugeValue, float64(c.g.negatives()))
-	}
+	ch <- prometheus.MustNewConstMetric(negativeEntriesDesc, prometheus.GaugeValue, float64(c.g.negatives()))
 	for _, v := range c.vecs() {
 		v.Collect(ch)
 	}

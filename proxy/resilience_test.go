@@ -114,8 +114,9 @@ func TestRevalidationBoundedByCheckTimeout(t *testing.T) {
 	up := newFakeUpstream(t)
 	body := jarBytes(jarPath, 4096)
 	up.set(jarPath, fakeFile{body: body, etag: `"v1"`})
-	e.upstream(up.URL, hours(1), nil)
+	uid := e.upstream(up.URL, hours(1), nil)
 	e.get(jarPath).expect(t, 200)
+	before, _ := e.entry(uid, "/"+jarPath)
 
 	e.clock.Advance(2 * time.Hour)
 	up.set(jarPath, fakeFile{custom: hang})
@@ -129,6 +130,10 @@ func TestRevalidationBoundedByCheckTimeout(t *testing.T) {
 	if up.calls(jarPath) != calls {
 		t.Fatal("an unhealthy upstream was asked to revalidate")
 	}
+	if after, ok := e.entry(uid, "/"+jarPath); !ok || after.SHA256 != before.SHA256 || !after.CheckedAt.Equal(before.CheckedAt) {
+		t.Fatalf("the stored copy changed: %+v -> %+v", before, after)
+	}
+	e.noBrokenState()
 }
 
 // A path every upstream answered 404 for is answered 404 with no upstream
@@ -144,6 +149,9 @@ func TestNegativeCache(t *testing.T) {
 	e.get(missing).expect(t, 404)
 	if a.calls(missing) != 1 || b.calls(missing) != 1 {
 		t.Fatalf("calls %d, %d", a.calls(missing), b.calls(missing))
+	}
+	if !e.rememberedAbsent(aid, missing) || !e.rememberedAbsent(bid, missing) {
+		t.Fatal("the 404s were not remembered")
 	}
 	for range 3 {
 		e.get(missing).expect(t, 404)
@@ -466,4 +474,11 @@ func TestNegativeCacheOverride(t *testing.T) {
 	if b.calls(missing) != 2 {
 		t.Fatalf("asked %d times after its own TTL, want 2", b.calls(missing))
 	}
+}
+
+// rememberedAbsent reports whether the env's proxy remembers that upstream
+// up does not have rel (the negative cache).
+func (e *env) rememberedAbsent(up int64, rel string) bool {
+	m, ok := e.srv.marks.recall(e.st, up, rel, e.clock.Now())
+	return ok && m.refused == nil
 }

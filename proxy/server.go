@@ -94,12 +94,11 @@ type Server struct {
 
 	regs    *lru.Cache[int64, *registryView]
 	entries *lru.Cache[entryKey, *entryView]
-	refused *lru.Cache[flightKey, refusedMark] // answers refused lately, see refusedFor
-	small   *smallBlobs                        // nil when disabled
+	small   *smallBlobs // nil when disabled
 
-	health   *upstream.Health // which upstreams are worth asking
-	gates    *gates           // the cap of requests out to each upstream
-	negative *negativeCache   // (upstream, path) pairs remembered absent
+	health *upstream.Health // which upstreams are worth asking
+	gates  *gates           // the cap of requests out to each upstream
+	marks  *pathMemory      // (upstream, path) answers remembered: absent or refused
 
 	flightsMu sync.Mutex
 	flights   map[flightKey]*flight
@@ -157,15 +156,12 @@ func New(d Deps) (*Server, error) {
 	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
 		return nil, err
 	}
-	if s.refused, err = lru.New[flightKey, refusedMark](refusedCacheSize); err != nil {
-		return nil, err
-	}
 	s.health = d.Health
 	if s.health == nil {
 		s.health = NewHealth(d.Config, d.Logger, d.Now)
 	}
 	s.gates = newGates(d.Config.Upstreams.MaxConcurrentRequests)
-	if s.negative, err = newNegativeCache(); err != nil {
+	if s.marks, err = newPathMemory(); err != nil {
 		return nil, err
 	}
 	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {
@@ -180,7 +176,7 @@ func New(d Deps) (*Server, error) {
 		catalog:   d.Store.Catalog,
 		health:    s.health.Status,
 		gates:     s.gates.load,
-		negatives: s.negative.len,
+		negatives: s.marks.len,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"time"
 
 	"registryd/proxy/maven"
 	"registryd/proxy/upstream"
@@ -47,7 +46,7 @@ const (
 	refusedBadChecksum = "checksum_unusable"
 )
 
-// refuse counts, logs and remembers a refused answer and returns err
+// refuse counts, logs and remembers (pathMemory) a refused answer and returns err
 // unchanged, for the caller to fail the flight with.
 func (s *Server) refuse(f *flight, err error) error {
 	label := refusedAnswer
@@ -58,36 +57,8 @@ func (s *Server) refuse(f *flight, err error) error {
 	s.met.refusals.WithLabelValues(f.up.label, label).Inc()
 	s.log.Warn("upstream answer refused; nothing cached", "upstream", f.up.id, "path", f.relSlash,
 		"reason", failureReason(err))
-	s.refused.Add(f.key, refusedMark{err: err, until: s.now().Add(refusedTTL)})
+	s.marks.rememberRefused(s.st, f.up.id, f.key.rel, err, s.now())
 	return err
-}
-
-// A refused answer is remembered for refusedTTL per (upstream, path): in
-// that time a miss skips that upstream for that file (counting it as a
-// failure with the same reason) and a revalidation serves the stored copy
-// without asking. A streamed body refused at its end (its checksum did not
-// match) has cost its clients a broken transfer; Maven and Gradle retry at
-// once, and the retry must reach the next upstream rather than the same
-// bad answer. The memory is short, so an upstream that was repaired is
-// asked again soon, and bounded (refusedCacheSize, least recently used out).
-const (
-	refusedTTL       = time.Minute
-	refusedCacheSize = 4096
-)
-
-type refusedMark struct {
-	err   error
-	until time.Time
-}
-
-// refusedFor returns the refusal of up's answer for rel, while it is
-// remembered, or nil.
-func (s *Server) refusedFor(up *upstreamView, rel string) error {
-	m, ok := s.refused.Get(flightKey{up.id, rel})
-	if !ok || !s.now().Before(m.until) {
-		return nil
-	}
-	return m.err
 }
 
 // refusal reports whether err is a refused answer, of the client or the fill.

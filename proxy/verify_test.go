@@ -162,6 +162,10 @@ func TestBadAnswersOnAMiss(t *testing.T) {
 				badID, goodID := e.upstream(badURL, nil, nil), e.upstream(good.URL, nil, nil)
 
 				r := e.get(jarPath)
+				// No fault class is ever taken for the file's absence.
+				if e.rememberedAbsent(badID, jarPath) {
+					t.Fatal("a faulty answer was remembered as a 404")
+				}
 				if c.midStream {
 					// The answer had started: it ends short, caches nothing,
 					// and is not remembered (a transport fault may pass).
@@ -267,6 +271,9 @@ func TestBadAnswersOnARevalidation(t *testing.T) {
 				}
 				r := e.get(jarPath)
 				r.expect(t, 200).expectBody(t, string(good))
+				if e.rememberedAbsent(uid, jarPath) {
+					t.Fatal("a faulty answer was remembered as a 404")
+				}
 				// One GET; net/http retries one that died before any answer on
 				// a kept-alive connection, once, on a new connection.
 				if n := up.calls(jarPath) - calls; !c.down && (n < 1 || n > 2) {
