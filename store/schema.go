@@ -66,6 +66,14 @@ var (
 	bktEventsByProjectAct = []byte("events_by_project_act") // project id + action + event id -> header
 	bktEventsByAuthorAct  = []byte("events_by_author_act")  // author id + action + event id -> header
 	bktEventCounts        = []byte("event_counts")          // see eventCountKey -> count (uint64)
+
+	// Audit events (audit.go): records kept forever, and indexes ordered by
+	// created_at then id whose values are the author id.
+	bktAudit         = []byte("audit_events")    // id -> binary record
+	bktAuditByTime   = []byte("audit_by_time")   // created ms + id -> author id
+	bktAuditByType   = []byte("audit_by_type")   // entity type code + created ms + id -> author id
+	bktAuditByEntity = []byte("audit_by_entity") // entity type code + entity id + created ms + id -> author id
+	bktAuditCounts   = []byte("audit_counts")    // see auditCountKeys -> count (uint64)
 )
 
 var allBuckets = [][]byte{
@@ -78,6 +86,7 @@ var allBuckets = [][]byte{
 	bktCacheEntries, bktCachePending, bktCachePurges, bktBlobRefs, bktCacheByTime,
 	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
+	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
 }
 
 // Keys in the meta bucket.
