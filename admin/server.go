@@ -100,6 +100,7 @@ func New(d Deps) (*Server, error) {
 	s.routesAssociations()
 	s.routesDependencies()
 	s.routesEvents()
+	s.routesAuditEvents()
 	s.routesCacheEntries()
 	s.mount()
 	return s, nil
