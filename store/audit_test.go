@@ -350,3 +350,60 @@ func BenchmarkRecordAudit(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batch), "µs/event")
 	b.ReportMetric(float64(s.Stats().FileBytes)/float64(b.N*batch), "file-bytes/event")
 }
+
+// BenchmarkAuditEventsPage measures one page of 20 out of 1,000,000 audit
+// events in 100 groups, one of which holds a tenth of them, by 50 authors.
+// The fixture is built once per run; run it with
+//
+//	go test -run '^$' -bench BenchmarkAuditEventsPage -benchtime 2000x ./store/
+func BenchmarkAuditEventsPage(b *testing.B) {
+	const total, groups, authors, batch = 1_000_000, 100, 50, 20_000
+	s, err := Open(b.TempDir(), Options{SecretKey: make([]byte, 32)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := time.Now()
+	evs := make([]AuditEvent, 0, batch)
+	for i := range total {
+		g := 2 + rng.Int64N(groups-1)
+		if i%10 == 0 {
+			g = 1
+		}
+		e := denial(g, 1+rng.Int64N(20), 1+rng.Int64N(authors), fmt.Sprintf("org/example/lib%d/1.0/lib-1.0.jar", i))
+		e.CreatedAt = t0.Add(time.Duration(i) * 3 * time.Second)
+		if evs = append(evs, e); len(evs) == batch {
+			if _, err := s.RecordAudit(evs...); err != nil {
+				b.Fatal(err)
+			}
+			evs = evs[:0]
+		}
+	}
+	b.Logf("fixture: %d events in %v, %d bytes (%.0f bytes/event)", total, time.Since(start),
+		s.Stats().FileBytes, float64(s.Stats().FileBytes)/total)
+	mid := t0.Add(total / 2 * 3 * time.Second)
+	for _, bc := range []struct {
+		name string
+		q    AuditQuery
+	}{
+		{"all newest", AuditQuery{}},
+		{"all page 50", AuditQuery{Offset: 980}},
+		{"hot group newest", AuditQuery{EntityType: AuditEntityGroup, EntityID: 1}},
+		{"small group newest", AuditQuery{EntityType: AuditEntityGroup, EntityID: 2}},
+		{"hot group created_after (50,000 counted)", AuditQuery{EntityType: AuditEntityGroup, EntityID: 1, After: mid}},
+		{"hot group one author (100,000 counted)", AuditQuery{EntityType: AuditEntityGroup, EntityID: 1, AuthorID: 3}},
+		{"one day of all groups (28,800 counted)", AuditQuery{After: mid, Before: mid.Add(24 * time.Hour)}},
+	} {
+		bc.q.Limit = 20
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := s.AuditEventsPage(bc.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
