@@ -16,6 +16,9 @@ func (s *Server) routesRegistries() {
 	s.handle(http.MethodDelete, vrBase+"/registries/{id}/cache", s.purgeRegistryCache)
 }
 
+// registryView is the spec's Registry, plus registryd's merge_metadata
+// (whether maven-metadata.xml is merged across the upstreams; GitLab
+// clients ignore it).
 type registryView struct {
 	ID                int64            `json:"id"`
 	Name              string           `json:"name"`
@@ -23,6 +26,7 @@ type registryView struct {
 	GroupID           int64            `json:"group_id"`
 	CreatedAt         jsonTime         `json:"created_at"`
 	UpdatedAt         jsonTime         `json:"updated_at"`
+	MergeMetadata     bool             `json:"merge_metadata"`
 	RegistryUpstreams *[]registryAssoc `json:"registry_upstreams,omitempty"`
 }
 
@@ -34,7 +38,7 @@ type registryAssoc struct {
 
 func registryJSON(r store.Registry) registryView {
 	return registryView{ID: r.ID, Name: r.Name, Description: r.Description, GroupID: r.GroupID,
-		CreatedAt: jsonTime(r.CreatedAt), UpdatedAt: jsonTime(r.UpdatedAt)}
+		CreatedAt: jsonTime(r.CreatedAt), UpdatedAt: jsonTime(r.UpdatedAt), MergeMetadata: r.MergeMetadata()}
 }
 
 func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) error {
@@ -59,12 +63,12 @@ func (s *Server) createRegistry(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	name := in.required("name")
-	desc := in.str("description")
+	n := store.NewRegistry{Name: in.required("name"), Description: deref(in.str("description")),
+		MergeMetadata: in.boolean("merge_metadata")}
 	if err := in.err(); err != nil {
 		return err
 	}
-	reg, err := s.st.CreateRegistry(g.ID, name, deref(desc))
+	reg, err := s.st.CreateRegistryFrom(g.ID, n)
 	if err != nil {
 		return err
 	}
@@ -108,7 +112,7 @@ func (s *Server) updateRegistry(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := in.required("name")
-	patch := store.RegistryPatch{Name: &name, Description: in.str("description")}
+	patch := store.RegistryPatch{Name: &name, Description: in.str("description"), MergeMetadata: in.boolean("merge_metadata")}
 	if err := in.err(); err != nil {
 		return err
 	}

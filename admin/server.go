@@ -97,6 +97,7 @@ func New(d Deps) (*Server, error) {
 	s.routesDeployTokens()
 	s.routesRegistries()
 	s.routesUpstreams()
+	s.routesRules()
 	s.routesAssociations()
 	s.routesDependencies()
 	s.routesEvents()

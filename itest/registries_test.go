@@ -10,9 +10,9 @@ import (
 )
 
 // registryKeys and upstreamKeys are GitLab's field orders (registryd's own,
-// from checksum_policy on, come last).
+// merge_metadata and from checksum_policy on, come last).
 var (
-	registryKeys = []string{"id", "name", "description", "group_id", "created_at", "updated_at"}
+	registryKeys = []string{"id", "name", "description", "group_id", "created_at", "updated_at", "merge_metadata"}
 	upstreamKeys = []string{"id", "name", "description", "group_id", "url", "username", "cache_validity_hours",
 		"metadata_cache_validity_hours", "created_at", "updated_at", "checksum_policy",
 		"not_found_cache_minutes", "metadata_not_found_cache_minutes",

@@ -20,6 +20,22 @@ type Registry struct {
 	Description string    `json:"description"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// MetadataMergeOff turns off the merge of maven-metadata.xml across the
+	// registry's upstreams (the first upstream that has the file answers,
+	// as in GitLab). Stored negated so that records written before the
+	// switch existed read as merging, the default; see MergeMetadata.
+	MetadataMergeOff bool `json:"metadata_merge_off,omitempty"`
+}
+
+// MergeMetadata reports whether the registry merges maven-metadata.xml
+// across its upstreams (the default).
+func (r Registry) MergeMetadata() bool { return !r.MetadataMergeOff }
+
+// NewRegistry is the input of CreateRegistryFrom.
+type NewRegistry struct {
+	Name, Description string
+	// MergeMetadata nil means the default, true.
+	MergeMetadata *bool
 }
 
 func validRegistry(name, description string) error {
@@ -48,13 +64,21 @@ func topLevelGroupTx(tx *bolt.Tx, id int64) (Group, error) {
 	return g, nil
 }
 
-// CreateRegistry adds a virtual registry to a top-level group.
+// CreateRegistry adds a virtual registry to a top-level group, with the
+// defaults of everything else.
 func (s *Store) CreateRegistry(group int64, name, description string) (Registry, error) {
-	if err := validRegistry(name, description); err != nil {
+	return s.CreateRegistryFrom(group, NewRegistry{Name: name, Description: description})
+}
+
+// CreateRegistryFrom adds a virtual registry to a top-level group.
+func (s *Store) CreateRegistryFrom(group int64, n NewRegistry) (Registry, error) {
+	name := n.Name
+	if err := validRegistry(name, n.Description); err != nil {
 		return Registry{}, err
 	}
 	now := s.clock()
-	r := Registry{GroupID: group, Name: name, Description: description, CreatedAt: now, UpdatedAt: now}
+	r := Registry{GroupID: group, Name: name, Description: n.Description, CreatedAt: now, UpdatedAt: now,
+		MetadataMergeOff: n.MergeMetadata != nil && !*n.MergeMetadata}
 	err := s.update(false, true, func(tx *bolt.Tx) error {
 		if _, err := topLevelGroupTx(tx, group); err != nil {
 			return err
@@ -121,12 +145,15 @@ func (s *Store) Registry(id int64) (Registry, error) {
 // RegistryPatch lists the fields an update changes; nil leaves a field alone.
 type RegistryPatch struct {
 	Name, Description *string
+	MergeMetadata     *bool
 }
 
-// UpdateRegistry changes a registry's name or description.
+// UpdateRegistry changes a registry's name, description or metadata merge.
 func (s *Store) UpdateRegistry(id int64, p RegistryPatch) (Registry, error) {
 	var r Registry
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	// The merge switch changes how the registry resolves: the proxy's views
+	// of it (keyed by CacheGeneration) must reload.
+	err := s.update(false, p.MergeMetadata != nil, func(tx *bolt.Tx) error {
 		var ok bool
 		if r, ok = registryTx(tx, id); !ok {
 			return notFound("Registry")
@@ -136,6 +163,9 @@ func (s *Store) UpdateRegistry(id int64, p RegistryPatch) (Registry, error) {
 		}
 		if p.Description != nil {
 			r.Description = *p.Description
+		}
+		if p.MergeMetadata != nil {
+			r.MetadataMergeOff = !*p.MergeMetadata
 		}
 		if err := validRegistry(r.Name, r.Description); err != nil {
 			return err

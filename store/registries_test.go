@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestCreateRegistry(t *testing.T) {
@@ -675,5 +677,59 @@ func TestGroupUpstreamsFilterAndPages(t *testing.T) {
 	}
 	if _, _, err := s.GroupUpstreams(999, "", 0, 10); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown group: %v", err)
+	}
+}
+
+func TestRegistryMergeMetadata(t *testing.T) {
+	s, _ := openTest(t)
+	g := topGroup(t, s, "acme")
+	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
+	if !r.MergeMetadata() || !ok(s.Registry(r.ID))(t).MergeMetadata() {
+		t.Fatal("a new registry does not merge metadata")
+	}
+	off, on := false, true
+	r2 := ok(s.CreateRegistryFrom(g.ID, NewRegistry{Name: "first-answer", MergeMetadata: &off}))(t)
+	if r2.MergeMetadata() || ok(s.Registry(r2.ID))(t).MergeMetadata() {
+		t.Fatal("merge_metadata false was not kept")
+	}
+	if r3 := ok(s.CreateRegistryFrom(g.ID, NewRegistry{Name: "explicit", MergeMetadata: &on}))(t); !r3.MergeMetadata() {
+		t.Fatal("merge_metadata true was not kept")
+	}
+	if _, err := s.CreateRegistryFrom(g.ID, NewRegistry{Name: "main"}); err == nil {
+		t.Fatal("CreateRegistryFrom skipped the name check")
+	}
+
+	// Switching changes the cache generation (the proxy reloads the
+	// registry); renaming does not.
+	gen := s.CacheGeneration()
+	name := "renamed"
+	if got := ok(s.UpdateRegistry(r.ID, RegistryPatch{Name: &name}))(t); !got.MergeMetadata() || s.CacheGeneration() != gen {
+		t.Fatalf("rename: %+v, generation moved %v", got, s.CacheGeneration() != gen)
+	}
+	if got := ok(s.UpdateRegistry(r.ID, RegistryPatch{MergeMetadata: &off}))(t); got.MergeMetadata() || got.Name != name {
+		t.Fatalf("switch off: %+v", got)
+	}
+	if s.CacheGeneration() == gen {
+		t.Fatal("switching the merge off did not change the cache generation")
+	}
+	if ok(s.Registry(r.ID))(t).MergeMetadata() {
+		t.Fatal("switch off not stored")
+	}
+	if !ok(s.UpdateRegistry(r.ID, RegistryPatch{MergeMetadata: &on}))(t).MergeMetadata() {
+		t.Fatal("switch on")
+	}
+
+	// A record written before the switch existed reads as merging.
+	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bktRegistries).Put(itob(r2.ID), []byte(fmt.Sprintf(
+			`{"id":%d,"group_id":%d,"name":"old","description":"","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`,
+			r2.ID, g.ID)))
+	}))
+	if old := ok(s.Registry(r2.ID))(t); !old.MergeMetadata() || old.Name != "old" {
+		t.Fatalf("old record: %+v", old)
+	}
+	// And a merging registry is stored without the field.
+	if rawContains(t, s, []byte("metadata_merge_off")) {
+		t.Fatal("a merging registry stored metadata_merge_off")
 	}
 }

@@ -40,6 +40,9 @@ var (
 	bktAssocs         = []byte("registry_upstreams") // id -> RegistryUpstream
 	bktRegAssocs      = []byte("registry_assocs")    // registry id + assoc id -> nil
 	bktUpAssocs       = []byte("upstream_assocs")    // upstream id + assoc id -> nil
+	// Allow/deny rules: one upstream's rules are one key range, in id order.
+	bktUpstreamRules = []byte("upstream_rules")    // upstream id + rule id -> UpstreamRule
+	bktRuleUpstream  = []byte("upstream_rule_ids") // rule id -> upstream id; sequence: the last rule id
 
 	bktCacheEntries = []byte("cache_entries") // upstream id + relative path -> CacheEntry
 	bktCachePending = []byte("cache_pending") // pending seq -> pendingEntry (marked for destruction)
@@ -83,6 +86,7 @@ var allBuckets = [][]byte{
 	bktGroups, bktGroupsByPath, bktGroupChildren, bktProjects, bktProjectsPath, bktGroupProjects,
 	bktGroupMembers, bktProjectMembers, bktUserGroups, bktUserProjects,
 	bktRegistries, bktGroupRegs, bktUpstreams, bktGroupUpstreams, bktAssocs, bktRegAssocs, bktUpAssocs,
+	bktUpstreamRules, bktRuleUpstream,
 	bktCacheEntries, bktCachePending, bktCachePurges, bktBlobRefs, bktCacheByTime,
 	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,

@@ -358,6 +358,9 @@ func deleteUpstreamTx(tx *bolt.Tx, id int64, now time.Time) error {
 	if _, err := markUpstreamPendingTx(tx, id, now); err != nil {
 		return err
 	}
+	if err := deleteUpstreamRulesTx(tx, id); err != nil {
+		return err
+	}
 	if err := tx.Bucket(bktGroupUpstreams).Delete(pair(u.GroupID, id)); err != nil {
 		return err
 	}
