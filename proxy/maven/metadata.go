@@ -520,6 +520,12 @@ func (v *Versioning) empty() bool {
 func MergeMetadata(docs []*Metadata, keep func(i int, version string) bool) *Metadata {
 	out := &Metadata{}
 	found := false
+	total := 0
+	for _, d := range docs {
+		if d != nil && d.Versioning != nil {
+			total += len(d.Versioning.Versions)
+		}
+	}
 
 	type keepKey struct {
 		i int
@@ -534,7 +540,7 @@ func MergeMetadata(docs []*Metadata, keep func(i int, version string) bool) *Met
 		ok, done := asked[k]
 		if !done {
 			if asked == nil {
-				asked = make(map[keepKey]bool)
+				asked = make(map[keepKey]bool, total)
 			}
 			ok = keep(i, v)
 			asked[k] = ok
@@ -547,9 +553,9 @@ func MergeMetadata(docs []*Metadata, keep func(i int, version string) bool) *Met
 		p version
 	}
 	var (
-		union      []entry
-		inUnion    = make(map[string]bool)
-		keyOwner   = make(map[string]int) // versionKey -> the document that contributed it first
+		union      = make([]entry, 0, total)
+		inUnion    = make(map[string]bool, total)
+		keyOwner   = make(map[string]int, total) // versionKey -> the document that contributed it first
 		versioning *Versioning
 		withVers   []int // documents with a <versioning>, in position order
 		plugins    []Plugin

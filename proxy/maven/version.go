@@ -277,10 +277,22 @@ func utf16Unit(r, other rune) int {
 // parseVersion is ComparableVersion.parseVersion followed by normalisation.
 func parseVersion(v string) version {
 	s := javaLower(v)
-	p := version{levels: make([][]scalar, 1, 4)}
-	cur := 0
-	add := func(it scalar) { p.levels[cur] = append(p.levels[cur], it) }
-	sub := func() { p.levels = append(p.levels, nil); cur++ }
+	// Two allocations: every item goes into one backing array, in order, and each level
+	// is a window of it (only the deepest level ever grows, at the array's end). Were
+	// countItems' bound wrong, append would move buf, and the finished levels would
+	// still be right where they are.
+	nItems, nLevels := countItems(s)
+	buf := make([]scalar, 0, nItems)
+	p := version{levels: make([][]scalar, 1, nLevels)}
+	cur, curStart := 0, 0
+	add := func(it scalar) {
+		buf = append(buf, it)
+		p.levels[cur] = buf[curStart:len(buf):len(buf)]
+	}
+	sub := func() {
+		p.levels = append(p.levels, nil)
+		cur, curStart = cur+1, len(buf)
+	}
 
 	isDigit := false
 	start := 0
@@ -344,6 +356,30 @@ func parseVersion(v string) version {
 		p.levels[k] = l
 	}
 	return p
+}
+
+// countItems bounds the items and levels parseVersion makes of s: an item per '.'
+// or '-' and per digit/non-digit transition, plus one; a level per '-', two per
+// transition, plus two.
+func countItems(s string) (items, levels int) {
+	seps, dashes, trans := 0, 0, 0
+	wasDigit := false
+	for i, r := range s {
+		switch {
+		case r == '.':
+			seps++
+		case r == '-':
+			seps++
+			dashes++
+		default:
+			d := isJavaDigit(r)
+			if i > 0 && d != wasDigit {
+				trans++
+			}
+			wasDigit = d
+		}
+	}
+	return seps + trans + 1, dashes + 2*trans + 2
 }
 
 // parseItem makes an integer item of digits, a string item of anything else.
