@@ -67,9 +67,9 @@ const (
 // ErrBadMetadata; a document over max bytes is also ErrMetadataTooLarge, one with a
 // DOCTYPE or another DTD declaration also ErrDoctype.
 var (
-	ErrBadMetadata      = errors.New("bad maven-metadata.xml")
-	ErrMetadataTooLarge = &kindError{"maven-metadata.xml too large"}
-	ErrDoctype          = &kindError{"maven-metadata.xml has a DOCTYPE"}
+	ErrBadMetadata            = errors.New("bad maven-metadata.xml")
+	ErrMetadataTooLarge error = &kindError{"maven-metadata.xml too large"}
+	ErrDoctype          error = &kindError{"maven-metadata.xml has a DOCTYPE"}
 )
 
 // kindError is a sentinel that is itself an ErrBadMetadata.

@@ -53,8 +53,8 @@ const (
 // ErrPrefixesUnsupported, itself an ErrBadPrefixes, is a file that declares
 // "@ unsupported": the repository says it publishes no prefixes.
 var (
-	ErrBadPrefixes         = errors.New("bad prefix file")
-	ErrPrefixesUnsupported = &prefixesKind{"prefix file declares itself unsupported"}
+	ErrBadPrefixes               = errors.New("bad prefix file")
+	ErrPrefixesUnsupported error = &prefixesKind{"prefix file declares itself unsupported"}
 )
 
 type prefixesKind struct{ msg string }
