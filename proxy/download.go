@@ -286,7 +286,7 @@ func (v *entryView) fresh(kind maven.Kind, now time.Time) bool {
 		return false
 	}
 	d := v.up.validity
-	if kind == maven.Metadata {
+	if kind == maven.MetadataKind {
 		d = v.up.metaValidity
 	}
 	return d == 0 || now.Before(v.e.CheckedAt.Add(d))

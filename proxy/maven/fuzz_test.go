@@ -76,11 +76,11 @@ func checkPath(t *testing.T, raw string, p Path) {
 	if p.File != segs[len(segs)-1] {
 		t.Fatalf("Parse(%q): File %q, last segment %q", raw, p.File, segs[len(segs)-1])
 	}
-	if (p.Kind == Metadata) != IsMetadata(rel) {
+	if (p.Kind == MetadataKind) != IsMetadata(rel) {
 		t.Fatalf("Parse(%q): Kind %v, IsMetadata %v", raw, p.Kind, IsMetadata(rel))
 	}
 	switch p.Kind {
-	case Artifact, Metadata:
+	case Artifact, MetadataKind:
 		if p.Algo != 0 || p.Parent != "" || p.ParentKind != 0 {
 			t.Fatalf("Parse(%q): %v with checksum fields %+v", raw, p.Kind, p)
 		}

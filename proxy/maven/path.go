@@ -33,16 +33,16 @@ const MetadataFile = "maven-metadata.xml"
 type Kind uint8
 
 const (
-	Artifact Kind = iota + 1 // any file that is neither metadata nor a checksum sidecar
-	Metadata                 // maven-metadata.xml
-	Checksum                 // a digest sidecar (.sha1, .md5, .sha256, .sha512) of an Artifact or Metadata
+	Artifact     Kind = iota + 1 // any file that is neither metadata nor a checksum sidecar
+	MetadataKind                 // maven-metadata.xml (named so that the type Metadata can be the parsed document)
+	Checksum                     // a digest sidecar (.sha1, .md5, .sha256, .sha512) of an Artifact or Metadata
 )
 
 func (k Kind) String() string {
 	switch k {
 	case Artifact:
 		return "artifact"
-	case Metadata:
+	case MetadataKind:
 		return "metadata"
 	case Checksum:
 		return "checksum"
@@ -341,13 +341,13 @@ func classify(rel string) (Path, error) {
 			return Path{}, errChecksumOfChecksum
 		}
 		if name == MetadataFile {
-			kind = Metadata
+			kind = MetadataKind
 		}
 		p.Kind, p.Algo, p.Parent, p.ParentKind = Checksum, a, rel[:len(rel)-len(ext)], kind
 	} else if base == MetadataFile {
-		p.Kind, kind = Metadata, Metadata
+		p.Kind, kind = MetadataKind, MetadataKind
 	}
-	if kind == Metadata {
+	if kind == MetadataKind {
 		metadataCoordinates(&p, dir)
 	} else {
 		artifactCoordinates(&p, dir, name)

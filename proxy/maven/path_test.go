@@ -32,15 +32,15 @@ func validCases(f func(name, raw string, want Path)) {
 		GroupID: "com.acme", GroupPath: "com/acme", ArtifactID: "a", Version: "1.0-SNAPSHOT",
 	})
 	f("metadata group level", "org/apache/maven/plugins/maven-metadata.xml", Path{
-		Rel: "org/apache/maven/plugins/maven-metadata.xml", Kind: Metadata, File: MetadataFile,
+		Rel: "org/apache/maven/plugins/maven-metadata.xml", Kind: MetadataKind, File: MetadataFile,
 		GroupID: "org.apache.maven.plugins", GroupPath: "org/apache/maven/plugins",
 	})
 	f("metadata artifact level", "com/google/guava/guava/maven-metadata.xml", Path{
-		Rel: "com/google/guava/guava/maven-metadata.xml", Kind: Metadata, File: MetadataFile,
+		Rel: "com/google/guava/guava/maven-metadata.xml", Kind: MetadataKind, File: MetadataFile,
 		GroupID: "com.google.guava", GroupPath: "com/google/guava", ArtifactID: "guava",
 	})
 	f("metadata version level", "com/acme/a/1.0-SNAPSHOT/maven-metadata.xml", Path{
-		Rel: "com/acme/a/1.0-SNAPSHOT/maven-metadata.xml", Kind: Metadata, File: MetadataFile,
+		Rel: "com/acme/a/1.0-SNAPSHOT/maven-metadata.xml", Kind: MetadataKind, File: MetadataFile,
 		GroupID: "com.acme", GroupPath: "com/acme", ArtifactID: "a", Version: "1.0-SNAPSHOT",
 	})
 	for _, a := range Algos {
@@ -51,7 +51,7 @@ func validCases(f func(name, raw string, want Path)) {
 		})
 		md := "com/google/guava/guava/maven-metadata.xml"
 		f("metadata checksum "+a.String(), md+a.Ext(), Path{
-			Rel: md + a.Ext(), Kind: Checksum, Algo: a, Parent: md, ParentKind: Metadata,
+			Rel: md + a.Ext(), Kind: Checksum, Algo: a, Parent: md, ParentKind: MetadataKind,
 			File:    MetadataFile + a.Ext(),
 			GroupID: "com.google.guava", GroupPath: "com/google/guava", ArtifactID: "guava",
 		})
@@ -258,7 +258,7 @@ func TestIsMetadata(t *testing.T) {
 		if got := IsMetadata(rel); got != want {
 			t.Errorf("IsMetadata(%q) = %v, want %v", rel, got, want)
 		}
-		if p, err := Parse(rel); err == nil && (p.Kind == Metadata) != want {
+		if p, err := Parse(rel); err == nil && (p.Kind == MetadataKind) != want {
 			t.Errorf("Parse(%q).Kind = %v, IsMetadata %v", rel, p.Kind, want)
 		}
 	}
@@ -285,8 +285,8 @@ func TestEntry(t *testing.T) {
 	}
 	f("g/a/1/a-1.jar", "g/a/1/a-1.jar", Artifact)
 	f("g/a/1/a-1.jar.md5", "g/a/1/a-1.jar", Artifact)
-	f("g/a/maven-metadata.xml", "g/a/maven-metadata.xml", Metadata)
-	f("g/a/maven-metadata.xml.sha512", "g/a/maven-metadata.xml", Metadata)
+	f("g/a/maven-metadata.xml", "g/a/maven-metadata.xml", MetadataKind)
+	f("g/a/maven-metadata.xml.sha512", "g/a/maven-metadata.xml", MetadataKind)
 }
 
 func TestAlgoAndKind(t *testing.T) {
@@ -301,7 +301,7 @@ func TestAlgoAndKind(t *testing.T) {
 	f(SHA256, ".sha256", "sha256")
 	f(SHA512, ".sha512", "sha512")
 	f(0, "", "invalid")
-	for k, want := range map[Kind]string{Artifact: "artifact", Metadata: "metadata", Checksum: "checksum", 0: "invalid"} {
+	for k, want := range map[Kind]string{Artifact: "artifact", MetadataKind: "metadata", Checksum: "checksum", 0: "invalid"} {
 		if k.String() != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", k, k.String(), want)
 		}
