@@ -57,6 +57,7 @@ type Config struct {
 	Gateway   Gateway   `yaml:"gateway"`
 	Auth      Auth      `yaml:"auth"`
 	Cache     Cache     `yaml:"cache"`
+	Metadata  Metadata  `yaml:"metadata"`
 	Shutdown  Shutdown  `yaml:"shutdown"`
 	Log       Log       `yaml:"log"`
 }
@@ -234,6 +235,22 @@ type Cache struct {
 	MemoryMaxFileBytes ByteSize `yaml:"memory_max_file_bytes"`
 }
 
+// Metadata is how a registry answers maven-metadata.xml and
+// .meta/prefixes.txt out of its upstreams' documents (merged; see
+// docs/api.md, "Merged metadata").
+type Metadata struct {
+	// MaxDocumentBytes bounds one upstream's maven-metadata.xml or prefix
+	// file that is merged: a larger one is that upstream's failure. Maven
+	// Central's largest metadata files are a few MB. Default 16 MiB.
+	MaxDocumentBytes ByteSize `yaml:"max_document_bytes"`
+	// PartialTTL is how long a merge that lacks the document of an upstream
+	// that failed is reused before the upstreams are asked again. Default 1m.
+	PartialTTL time.Duration `yaml:"partial_ttl"`
+	// MemoryBytes bounds the merged documents kept in memory (they are
+	// rebuilt from the cached upstream documents when dropped). Default 32 MiB.
+	MemoryBytes ByteSize `yaml:"memory_bytes"`
+}
+
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
 	// Timeout is how long in-flight requests may drain. Default 30s.
@@ -297,6 +314,11 @@ func Default() Config {
 			FlushInterval:      time.Second,
 			MemoryBytes:        32 * MiB,
 			MemoryMaxFileBytes: 64 * KiB,
+		},
+		Metadata: Metadata{
+			MaxDocumentBytes: 16 * MiB,
+			PartialTTL:       time.Minute,
+			MemoryBytes:      32 * MiB,
 		},
 		Shutdown: Shutdown{Timeout: 30 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
@@ -450,6 +472,15 @@ func (c Config) Validate() error {
 	}
 	if c.Upstreams.MaxBackoff < c.Upstreams.Backoff {
 		add("upstreams.max_backoff (%s) must not be shorter than upstreams.backoff (%s)", c.Upstreams.MaxBackoff, c.Upstreams.Backoff)
+	}
+	if c.Metadata.MaxDocumentBytes < 1 {
+		add("metadata.max_document_bytes must be at least 1, got %d", c.Metadata.MaxDocumentBytes)
+	}
+	if c.Metadata.PartialTTL < 0 {
+		add("metadata.partial_ttl must not be negative, got %s", c.Metadata.PartialTTL)
+	}
+	if c.Metadata.MemoryBytes < 0 {
+		add("metadata.memory_bytes must not be negative (0 keeps no merged document), got %d", c.Metadata.MemoryBytes)
 	}
 	if c.Upstreams.MaxRedirects < 0 {
 		add("upstreams.max_redirects must not be negative, got %d", c.Upstreams.MaxRedirects)

@@ -46,15 +46,18 @@ type accessRecord struct {
 	Method   string
 	// Path is the request path as sent. A query is cut off at '?' here as
 	// well, but callers pass the path without it (rawPath).
-	Path        string
-	Registry    int64 // registry id, 0 when not known
-	Status      int
-	Bytes       int64  // body bytes sent
-	Result      result // resNone for an answer given before resolution
-	Upstream    int64  // the upstream that served or failed, 0 when none
-	User        int64  // caller's user id (personal access tokens)
-	Token       int64  // personal access token id
-	DeployToken int64  // group deploy token id
+	Path     string
+	Registry int64 // registry id, 0 when not known
+	Status   int
+	Bytes    int64  // body bytes sent
+	Result   result // resNone for an answer given before resolution
+	Upstream int64  // the upstream that served or failed, 0 when none
+	// Merge is how a merged document was built: complete, partial (an
+	// upstream failed: Error names it), single; "" for other answers.
+	Merge       string
+	User        int64 // caller's user id (personal access tokens)
+	Token       int64 // personal access token id
+	DeployToken int64 // group deploy token id
 	RequestID   string
 	// Error is a short reason for a 4xx or 5xx that is safe to log (see
 	// accessError): fixed phrases and upstream ids, never err.Error().
@@ -317,6 +320,7 @@ func (s *Server) logAccess(x *exchange, err error) {
 		Bytes:    responseBytes(ctx),
 		Result:   x.res,
 		Upstream: x.up,
+		Merge:    x.merge,
 	}
 	if x.reg != nil {
 		rec.Registry = x.reg.id
@@ -327,6 +331,8 @@ func (s *Server) logAccess(x *exchange, err error) {
 		if toAPI(err) == nil {
 			rec.RequestID = s.requestID(ctx)
 		}
+	} else if x.merge == mergePartial && x.miss != nil {
+		rec.Error = x.miss.reasons(false)
 	}
 	s.alog.write(&rec)
 }
@@ -408,6 +414,10 @@ func appendAccessText(b []byte, r *accessRecord) []byte {
 		b = append(b, r.Result.String()...)
 	}
 	b = appendTextID(b, " upstream=", r.Upstream)
+	if r.Merge != "" {
+		b = append(b, " merge="...)
+		b = append(b, r.Merge...)
+	}
 	b = appendTextID(b, " user=", r.User)
 	b = appendTextID(b, " token=", r.Token)
 	b = appendTextID(b, " deploy_token=", r.DeployToken)
@@ -553,6 +563,11 @@ func appendAccessJSON(b []byte, r *accessRecord) []byte {
 		b = append(b, '"')
 	}
 	b = appendJSONID(b, `,"upstream":`, r.Upstream)
+	if r.Merge != "" {
+		b = append(b, `,"merge":"`...)
+		b = append(b, r.Merge...)
+		b = append(b, '"')
+	}
 	b = appendJSONID(b, `,"user":`, r.User)
 	b = appendJSONID(b, `,"token":`, r.Token)
 	b = appendJSONID(b, `,"deploy_token":`, r.DeployToken)

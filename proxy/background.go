@@ -180,6 +180,7 @@ func (s *Server) Start() {
 		}
 	})
 	go s.collector(s.collectorStop, s.collectorDone)
+	s.audit.start()
 }
 
 func (s *Server) every(d time.Duration, stop, done chan struct{}, fn func()) {
@@ -196,8 +197,9 @@ func (s *Server) every(d time.Duration, stop, done chan struct{}, fn func()) {
 	}
 }
 
-// StopCounting stops the flusher and writes what it had not written yet.
-// Call it after Shutdown, so no request adds counts behind it.
+// StopCounting stops the flusher and the audit writer and writes what they
+// had not written yet (download counts, queued audit events). Call it after
+// Shutdown, so no request adds counts behind it.
 func (s *Server) StopCounting() error {
 	s.bgMu.Lock()
 	stop, done := s.flusherStop, s.flusherDone
@@ -207,6 +209,7 @@ func (s *Server) StopCounting() error {
 		close(stop)
 		<-done
 	}
+	s.audit.stopDrain()
 	return s.FlushDownloads()
 }
 

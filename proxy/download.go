@@ -47,6 +47,13 @@ func (s *Server) download(x *exchange, idb, raw []byte) error {
 		return err
 	}
 	x.reg, x.path = reg, p
+	if k := composedKind(x); k != composeNone {
+		return s.resolveComposed(x, k, gen)
+	}
+	if x.reg = s.screen(x); len(x.reg.ups) == 0 {
+		x.miss = &missError{failures: x.denied}
+		return x.miss
+	}
 	return s.resolve(x, gen)
 }
 
@@ -136,6 +143,11 @@ type registryView struct {
 	group int64
 	ups   []*upstreamView
 	upIDs []int64
+	// merge: maven-metadata.xml is the merge of the upstreams' documents
+	// (the registry's merge_metadata), not the first upstream's.
+	merge bool
+	// hasRules: some upstream has allow/deny rules (see screen).
+	hasRules bool
 }
 
 // upstreamView is what resolution needs of an upstream.
@@ -149,6 +161,10 @@ type upstreamView struct {
 	// How long a 404 is remembered (negative.go), for metadata and for
 	// other files: the upstream's own setting, else the global one.
 	notFoundTTL, metaNotFoundTTL time.Duration
+	// rules are the upstream's allow/deny rules, nil for none; rulesKey
+	// changes whenever they do (merged metadata depends on them).
+	rules    *maven.RuleSet
+	rulesKey string
 }
 
 func (r *registryView) upstream(id int64) *upstreamView {
@@ -175,13 +191,24 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &registryView{gen: gen, id: id, group: r.GroupID}
+	ruleLists, err := s.st.RegistryUpstreamRules(id)
+	if err != nil {
+		return nil, err
+	}
+	v := &registryView{gen: gen, id: id, group: r.GroupID, merge: r.MergeMetadata()}
 	for _, u := range list {
 		policy := u.ChecksumPolicy
 		if policy == "" {
 			policy = s.cfg.Upstreams.ChecksumPolicy
 		}
+		rules, rulesKey, err := s.compileRules(u.ID, ruleLists[u.ID])
+		if err != nil {
+			return nil, err
+		}
+		v.hasRules = v.hasRules || rules != nil
 		v.ups = append(v.ups, &upstreamView{
+			rules:           rules,
+			rulesKey:        rulesKey,
 			policy:          policy,
 			id:              u.ID,
 			label:           strconv.FormatInt(u.ID, 10),
@@ -305,6 +332,12 @@ type exchange struct {
 	res   result
 	up    int64      // the upstream whose file, or stored copy, was served; 0 for none
 	miss  *missError // why no upstream served the file, when none did
+	// denied are the upstreams whose rules refused the file (see screen).
+	denied []upstreamFailure
+	// merge is how a merged document was built ("complete", "partial",
+	// "single"); "" for any other answer. For a partial merge, miss holds
+	// the upstreams that failed.
+	merge string
 }
 
 // maxLookups bounds how often one request looks the cache up again because
@@ -440,7 +473,7 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 	rel := x.path.EntryRel()
 	now := s.now()
 	x.res = resMiss
-	var failures []upstreamFailure
+	failures := x.denied
 	asked := false
 	for _, up := range x.reg.ups {
 		if up.id == skip {
@@ -491,7 +524,7 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		f.release()
 	}
 	x.miss = &missError{failures: failures}
-	if !asked && x.miss.absent() {
+	if !asked && x.miss.absent() && !x.miss.denied() {
 		x.res = resNegative
 	}
 	return x.miss

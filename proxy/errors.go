@@ -124,14 +124,25 @@ type missError struct{ failures []upstreamFailure }
 
 func (e *missError) Error() string { return "no upstream could serve the file: " + e.reasons(false) }
 
-// absent reports whether every upstream does not have the file.
+// absent reports whether every upstream does not have the file, or may not
+// serve it (its rules refused it).
 func (e *missError) absent() bool {
 	for _, f := range e.failures {
-		if !isAbsent(f.err) {
+		if !isAbsent(f.err) && !isDenied(f.err) {
 			return false
 		}
 	}
 	return true
+}
+
+// denied reports whether every upstream's rules refused the file.
+func (e *missError) denied() bool {
+	for _, f := range e.failures {
+		if !isDenied(f.err) {
+			return false
+		}
+	}
+	return len(e.failures) > 0
 }
 
 // reasons lists the failures; the 404s only when withAbsent is set (the
@@ -139,7 +150,7 @@ func (e *missError) absent() bool {
 func (e *missError) reasons(withAbsent bool) string {
 	var b strings.Builder
 	for _, f := range e.failures {
-		if !withAbsent && isAbsent(f.err) {
+		if !withAbsent && (isAbsent(f.err) || isDenied(f.err)) {
 			continue
 		}
 		if b.Len() > 0 {
@@ -177,6 +188,9 @@ func (e *missError) retryAfter() (status int, after time.Duration) {
 }
 
 func (e *missError) answer() *apiError {
+	if e.denied() {
+		return errAllDenied
+	}
 	if e.absent() {
 		return errFileNotFound
 	}
@@ -208,9 +222,12 @@ func failureReason(err error) string {
 	var ae *upstream.AnswerError
 	var re *refusedError
 	var unavail *unavailableError
+	var de *deniedError
 	switch {
 	case isAbsent(err):
 		return err.Error()
+	case errors.As(err, &de):
+		return "refused by its rules: " + de.v.Reason()
 	case errors.As(err, &unavail):
 		return unavail.reason()
 	case errors.As(err, &re):

@@ -39,6 +39,9 @@ type metrics struct {
 	upstreamDur  *prometheus.HistogramVec
 	refusals     *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
+	denials      *prometheus.CounterVec
+	merges       *prometheus.CounterVec
+	auditDropped prometheus.Counter
 	fetched      prometheus.Counter
 	joins        prometheus.Counter
 	flushErrors  prometheus.Counter
@@ -111,6 +114,20 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Help: "Upstream requests not sent, by upstream id and reason: unhealthy (backing off), " +
 				"not_found (remembered 404, the negative cache).",
 		}, []string{"upstream", "reason"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "rule_denials_total",
+			Help: "Requests for which an upstream's allow/deny rules took it out of resolution, by upstream id.",
+		}, []string{"upstream"}),
+		merges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "metadata", Name: "merges_total",
+			Help: "Answers built out of several upstreams' documents (maven-metadata.xml, .meta/prefixes.txt), " +
+				"by registry id and outcome: complete, partial (an upstream failed; its document is missing), " +
+				"single (one upstream had the document: its own bytes), none (no upstream could give one).",
+		}, []string{"registry", "outcome"}),
+		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "audit", Name: "events_dropped_total",
+			Help: "Audit events of rule denials not recorded because the queue was full or the write failed.",
+		}),
 		upstreamReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "requests_total",
 			Help: "Upstream GET requests by upstream id and outcome (ok, not_modified, not_found, " +
@@ -167,7 +184,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	}
 	m.series.m = m
 	cs := []prometheus.Collector{
-		m.requests, m.upstreamDur, m.fetched, m.joins,
+		m.requests, m.upstreamDur, m.fetched, m.joins, m.auditDropped,
 		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

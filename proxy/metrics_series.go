@@ -143,6 +143,7 @@ func (c *seriesCache) prune(cat store.Catalog) {
 			l := prometheus.Labels{"registry": idLabel(id)}
 			m.servedBytes.DeletePartialMatch(l)
 			m.saved.DeletePartialMatch(l)
+			m.merges.DeletePartialMatch(l)
 		}
 		return true
 	})
@@ -159,6 +160,7 @@ func (c *seriesCache) prune(cat store.Catalog) {
 		m.upstreamDur.DeletePartialMatch(l)
 		m.refusals.DeletePartialMatch(l)
 		m.skipped.DeletePartialMatch(l)
+		m.denials.DeletePartialMatch(l)
 	}
 }
 
@@ -194,7 +196,8 @@ var (
 
 func (c *catalogCollector) vecs() []prometheus.Collector {
 	m := c.m
-	return []prometheus.Collector{m.lookups, m.servedBytes, m.saved, m.upstreamReqs, m.refusals, m.skipped}
+	return []prometheus.Collector{m.lookups, m.servedBytes, m.saved, m.upstreamReqs, m.refusals, m.skipped,
+		m.denials, m.merges}
 }
 
 func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {

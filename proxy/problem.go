@@ -35,8 +35,11 @@ type problemDoc struct {
 
 type problemUpstream struct {
 	ID     int64  `json:"id"`
-	Result string `json:"result"` // not_found, failed, unhealthy
+	Result string `json:"result"` // not_found, denied, failed, unhealthy
 	Reason string `json:"reason"`
+	// Rule is the id of the deny rule that refused the file (result
+	// denied); absent when an allow list did not match.
+	Rule int64 `json:"rule,omitempty"`
 }
 
 // problem renders ae (the answer to err) as a problem document.
@@ -62,10 +65,16 @@ func problem(ae *apiError, err error) string {
 			switch {
 			case isAbsent(f.err):
 				res = "not_found"
+			case isDenied(f.err):
+				res = "denied"
 			case errors.As(f.err, &ue):
 				res = "unhealthy"
 			}
-			d.Upstreams = append(d.Upstreams, problemUpstream{ID: f.upstream, Result: res, Reason: failureReason(f.err)})
+			pu := problemUpstream{ID: f.upstream, Result: res, Reason: failureReason(f.err)}
+			if de, ok := f.err.(*deniedError); ok && de.v.Rule != nil {
+				pu.Rule = de.v.Rule.ID
+			}
+			d.Upstreams = append(d.Upstreams, pu)
 		}
 	}
 	raw, _ := json.Marshal(d)

@@ -131,9 +131,8 @@ func (s *Server) blobError(v *entryView, err error) error {
 // serveDigest answers a checksum sidecar from the digests stored with its
 // parent entry, never from an upstream's sidecar file.
 func (s *Server) serveDigest(x *exchange, e *store.CacheEntry) error {
-	ctx, p := x.ctx, x.path
 	var d string
-	switch p.Algo {
+	switch x.path.Algo {
 	case maven.SHA1:
 		d = e.SHA1
 	case maven.MD5:
@@ -146,6 +145,14 @@ func (s *Server) serveDigest(x *exchange, e *store.CacheEntry) error {
 	if d == "" {
 		return errFileNotFound
 	}
+	s.writeDigest(x, d)
+	s.downloads.add(e.UpstreamID, e.RelativePath, s.now())
+	return nil
+}
+
+// writeDigest answers a checksum sidecar with the hex digest d.
+func (s *Server) writeDigest(x *exchange, d string) {
+	ctx, p := x.ctx, x.path
 	h := &ctx.Response.Header
 	h.SetContentTypeBytes(valTextPlain)
 	var buf [len(dispositionStart) + maven.MaxSegmentLen + 1]byte
@@ -153,12 +160,10 @@ func (s *Server) serveDigest(x *exchange, e *store.CacheEntry) error {
 	h.SetCanonical(hdrNosniff, valNosniff)
 	if ctx.IsHead() {
 		h.SetContentLength(len(d))
-		return nil
+		return
 	}
 	ctx.SetBodyString(d)
 	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(d)))
-	s.downloads.add(e.UpstreamID, e.RelativePath, s.now())
-	return nil
 }
 
 // serveFlight answers from a fill in progress: the body streams behind the

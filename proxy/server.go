@@ -100,6 +100,10 @@ type Server struct {
 	gates  *gates           // the cap of requests out to each upstream
 	marks  *pathMemory      // (upstream, path) answers remembered: absent or refused
 
+	composed *composedCache // merged maven-metadata.xml and prefix files
+	rules    ruleSets       // compiled allow/deny rules of each upstream
+	audit    *auditQueue    // audit events of rule denials, written in batches
+
 	flightsMu sync.Mutex
 	flights   map[flightKey]*flight
 	closing   bool
@@ -162,6 +166,12 @@ func New(d Deps) (*Server, error) {
 	}
 	s.gates = newGates(d.Config.Upstreams.MaxConcurrentRequests)
 	if s.marks, err = newPathMemory(); err != nil {
+		return nil, err
+	}
+	if s.composed, err = newComposedCache(int64(d.Config.Metadata.MemoryBytes)); err != nil {
+		return nil, err
+	}
+	if s.audit, err = newAuditQueue(s); err != nil {
 		return nil, err
 	}
 	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {

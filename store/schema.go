@@ -105,8 +105,10 @@ var (
 // chunks (dependencies.go, depLayoutChunks); lists written by version 1 are
 // still read and are rewritten by the project's next upload. 3: purges are
 // marks carried out in batches (cache_purge.go); an older registryd would
-// serve the entries of a purge in progress.
-const schemaVersion = 3
+// serve the entries of a purge in progress. 4: upstreams have allow/deny
+// rules (rules.go) and registries a metadata merge switch; an older
+// registryd would serve what the rules refuse.
+const schemaVersion = 4
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {

@@ -1,0 +1,770 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"registryd/proxy/maven"
+	"registryd/store"
+)
+
+// Composed documents: a registry answers maven-metadata.xml (artifact and
+// group level, when its merge_metadata is on) and .meta/prefixes.txt out of
+// every upstream's document, not the first upstream's, so a build sees one
+// repository (docs/api.md, "Merged metadata").
+//
+// Each upstream's document is an ordinary cache entry of that upstream,
+// got the way any file is (fresh entry, revalidation, fill, negative cache,
+// health, the upstream's rules), all upstreams at once. The answer is built
+// from them in memory and kept there (composedCache) while its inputs stand:
+// the same cache generation, and none of them due for a check. Its bytes
+// depend only on the inputs, its ETag is derived from them, and its
+// checksum sidecars are digests of exactly those bytes.
+
+type composeKind uint8
+
+const (
+	composeNone     composeKind = iota
+	composeMetadata             // maven-metadata.xml: merged (maven.MergeMetadata)
+	composePrefixes             // .meta/prefixes.txt: the union, or 404
+)
+
+// How a composed answer was built (the X-Registryd-Merge header, the access
+// log's merge field, registryd_metadata_merges_total's outcome).
+const (
+	mergeComplete = "complete" // every upstream that has the document contributed
+	mergePartial  = "partial"  // an upstream failed: its document is missing
+	mergeSingle   = "single"   // one upstream had it: its own bytes, unchanged
+	mergeNone     = "none"     // no answer could be built (metric only)
+)
+
+var hdrMerge = []byte("X-Registryd-Merge")
+
+// composedKind says whether x's file is composed out of the upstreams'.
+// Version-level metadata (g/a/1.0-SNAPSHOT/maven-metadata.xml) is not: its
+// timestamps name files on the one upstream that wrote it, so the first
+// upstream that has it answers, as for any file.
+func composedKind(x *exchange) composeKind {
+	p := x.path
+	switch {
+	case p.EntryRel() == maven.PrefixesFile:
+		return composePrefixes
+	case p.EntryKind() == maven.MetadataKind && p.Version == "" && x.reg.merge:
+		return composeMetadata
+	}
+	return composeNone
+}
+
+// docInput is one upstream's document for a composed answer, or why there
+// is none (err: absent, denied by its rules, or a failure).
+type docInput struct {
+	up      *upstreamView
+	err     error
+	digest  string    // SHA-256 of the document
+	size    int64     // its length
+	blob    string    // its blob file, while body is not read
+	body    []byte    // the document, once read
+	updated time.Time // when its entry was stored (Last-Modified)
+	entry   string    // its entry's path (with the leading slash), for download counts; "" when not stored
+	// expires is when this input must be looked at again (its validity
+	// ends, its 404 is forgotten, a failed upstream is worth asking again);
+	// zero for never.
+	expires time.Time
+	fetched bool // its upstream was asked for this answer
+	stale   bool // a stale copy, its upstream down or failing
+	verdict maven.Verdict
+}
+
+func (in *docInput) stored(e store.CacheEntry, blobs *store.Blobs) {
+	in.err, in.digest, in.size, in.blob = nil, e.SHA256, e.Size, blobs.Path(e.SHA256)
+	in.updated, in.entry = e.UpdatedAt, e.RelativePath
+}
+
+// until lowers the input's expiry to t.
+func (in *docInput) until(t time.Time) {
+	if in.expires.IsZero() || t.Before(in.expires) {
+		in.expires = t
+	}
+}
+
+// resolveComposed answers x with a composed document.
+func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
+	rel := x.path.EntryRel()
+	key := entryKey{x.reg.id, rel}
+	now := s.now()
+	v := s.composed.get(key)
+	x.res = resHit
+	if v == nil || v.gen != gen || !v.fresh(now) {
+		ins := s.gather(x, k, rel, gen, v, now)
+		var err error
+		if v, err = s.compose(x, k, ins, v, gen, now); err != nil {
+			s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone).Inc()
+			return err
+		}
+		s.composed.add(key, v)
+		x.res = v.res
+	}
+	for _, d := range v.denied {
+		s.deny(x, d.up, d.verdict)
+	}
+	return s.serveComposed(x, v)
+}
+
+// gather gets every upstream's document at once, in position order.
+// Upstreams whose rules refuse the document's coordinates are not asked,
+// nor, while the partial answer built without them stands (prev, until
+// metadata.partial_ttl), upstreams that failed: the cache generation moves
+// with every fill anywhere, and asking a failing upstream again each time
+// would defeat the point of keeping the partial answer.
+func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
+	reg := x.reg
+	ins := make([]docInput, len(reg.ups))
+	var c maven.Coordinates
+	if reg.hasRules {
+		c = maven.RuleCoordinates(x.path)
+	}
+	meta := k == composeMetadata
+	var wg sync.WaitGroup
+	for i, u := range reg.ups {
+		in := &ins[i]
+		in.up = u
+		if v := u.rules.Check(c); !v.Allowed {
+			in.err, in.verdict = &deniedError{v}, v
+			continue
+		}
+		if err := prev.failed(u.id, now); err != nil {
+			in.err = err
+			in.until(prev.expires)
+			continue
+		}
+		if len(reg.ups) == 1 {
+			s.upstreamDoc(in, rel, meta, gen)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.upstreamDoc(in, rel, meta, gen)
+		}()
+	}
+	wg.Wait()
+	return ins
+}
+
+// upstreamDoc gets one upstream's document as a download of the file from
+// that upstream alone would: its fresh entry; a stale one revalidated (the
+// stale copy when the upstream fails or is down); else a fill, unless the
+// upstream is remembered not to have it or is unhealthy.
+func (s *Server) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
+	for attempt := 1; ; attempt++ {
+		seen := gen
+		if attempt > 1 {
+			seen = s.st.CacheGeneration()
+		}
+		if attempt >= maxLookups {
+			seen = anyGen
+		}
+		if attempt > 2*maxLookups {
+			// The entry keeps changing under the lookup; give up on this
+			// upstream for this answer rather than spin.
+			in.err = errLookAgain
+			return
+		}
+		e, err := s.st.CacheEntry(in.up.id, "/"+rel)
+		var done bool
+		switch {
+		case err == nil && store.ValidDigest(e.SHA256):
+			done = s.storedDoc(in, rel, e, meta, seen)
+		case err == nil || errors.Is(err, store.ErrNotFound):
+			done = s.fetchDoc(in, rel, meta, seen)
+		default:
+			in.err, done = err, true
+		}
+		if done {
+			return
+		}
+	}
+}
+
+// storedDoc handles an upstream that has an entry for the document; false
+// means look again (the cache changed meanwhile).
+func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bool, seen uint64) bool {
+	up, now := in.up, s.now()
+	validity := up.validity
+	if meta {
+		validity = up.metaValidity
+	}
+	if !e.Invalidated && (validity == 0 || now.Before(e.CheckedAt.Add(validity))) {
+		in.stored(e, s.blobs)
+		if validity > 0 {
+			in.until(e.CheckedAt.Add(validity))
+		}
+		return true
+	}
+	staleCopy := func() bool {
+		in.stored(e, s.blobs)
+		in.stale = true
+		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		return true
+	}
+	if s.refusedFor(up, rel) != nil {
+		return staleCopy()
+	}
+	if !s.health.Available(up.id) {
+		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
+		return staleCopy()
+	}
+	f, _ := s.join(up, rel, e.ETag, true, seen)
+	if f == nil {
+		return false
+	}
+	in.fetched = true
+	<-f.ready
+	switch f.kind {
+	case flightStreaming:
+		return s.flightDoc(in, f)
+	case flightNotModified:
+		f.release()
+		in.stored(e, s.blobs)
+		if validity > 0 {
+			in.until(now.Add(validity))
+		}
+		return true
+	case flightNotFound:
+		if !f.reval {
+			s.dropGone(f)
+		}
+		f.release()
+		s.absentDoc(in, errAbsent, meta, now)
+		return true
+	}
+	s.log.Warn("revalidation failed; merging the stale copy", "upstream", up.id, "path", e.RelativePath,
+		"err", failureReason(f.err))
+	f.release()
+	return staleCopy()
+}
+
+// fetchDoc handles an upstream without an entry for the document; false
+// means look again.
+func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool {
+	up, now := in.up, s.now()
+	if mark, ok := s.marks.recall(s.st, up.id, rel, now); ok {
+		if mark.refused != nil {
+			in.err = mark.refused
+		} else {
+			s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
+			in.err = errRememberedAbsent
+		}
+		in.until(mark.until)
+		return true
+	}
+	if !s.health.Available(up.id) {
+		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
+		in.err = s.unavailable(up.id)
+		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		return true
+	}
+	f, _ := s.join(up, rel, "", false, seen)
+	if f == nil {
+		return false
+	}
+	in.fetched = true
+	<-f.ready
+	switch f.kind {
+	case flightStreaming:
+		return s.flightDoc(in, f)
+	case flightNotModified:
+		// Joined the revalidation of an entry stored since the lookup.
+		f.release()
+		return false
+	case flightNotFound:
+		f.release()
+		s.absentDoc(in, errAbsent, meta, now)
+		return true
+	}
+	in.err = f.err
+	in.until(now.Add(s.cfg.Metadata.PartialTTL))
+	f.release()
+	return true
+}
+
+// absentDoc records an upstream without the document, for as long as its
+// 404 is remembered.
+func (s *Server) absentDoc(in *docInput, err error, meta bool, now time.Time) {
+	ttl := in.up.notFoundTTL
+	if meta {
+		ttl = in.up.metaNotFoundTTL
+	}
+	in.err = err
+	in.until(now.Add(ttl))
+}
+
+// errDocTooLarge is an upstream document past metadata.max_document_bytes.
+var errDocTooLarge = &refusedError{label: refusedAnswer, reason: "document larger than metadata.max_document_bytes"}
+
+// unaccounted stands in for the served-bytes counter of a flight read for a
+// merge: the merged answer counts what it serves.
+var unaccounted = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
+
+// flightDoc reads a streaming flight's whole body (the fill verifies it as
+// for any file) and waits for its entry.
+func (s *Server) flightDoc(in *docInput, f *flight) bool {
+	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	now := s.now()
+	if f.size > max {
+		f.release()
+		in.err = errDocTooLarge
+		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		return true
+	}
+	var body []byte
+	var err error
+	if f.mem != nil {
+		body = f.mem
+	} else {
+		// counted: the merged answer records the download, not this read.
+		r := &flightReader{f: f, bytes: unaccounted, counted: true}
+		f.refs.Add(1)
+		body, err = io.ReadAll(io.LimitReader(r, max+1))
+		r.Close()
+		if err == nil && int64(len(body)) > max {
+			err = errDocTooLarge
+		}
+	}
+	e, stored := f.result()
+	f.release()
+	if err != nil {
+		in.err = err
+		if !errors.Is(err, errDocTooLarge) {
+			in.err = &fillError{err}
+		}
+		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		return true
+	}
+	in.err, in.body, in.size = nil, body, int64(len(body))
+	if stored == nil {
+		in.digest, in.updated, in.entry = e.SHA256, e.UpdatedAt, e.RelativePath
+	} else {
+		// The body is whole and verified but could not be stored: merge it
+		// all the same, and look again soon.
+		sum := sha256.Sum256(body)
+		in.digest, in.updated = hex.EncodeToString(sum[:]), now
+		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+	}
+	if up := in.up; up.metaValidity > 0 {
+		in.until(now.Add(up.metaValidity))
+	}
+	return true
+}
+
+// read returns the input's document, reading its blob once.
+func (in *docInput) read(s *Server) ([]byte, error) {
+	if in.body != nil || in.err != nil {
+		return in.body, in.err
+	}
+	if in.size > int64(s.cfg.Metadata.MaxDocumentBytes) {
+		return nil, errDocTooLarge
+	}
+	var err error
+	if s.small.fits(in.size) {
+		in.body, err = s.small.load(in.digest, in.blob, in.size)
+	} else {
+		in.body, err = os.ReadFile(in.blob)
+	}
+	return in.body, err
+}
+
+// --- building the answer ---
+
+// composedView is a composed answer, kept in memory while its inputs stand.
+type composedView struct {
+	gen     uint64
+	inputs  [sha256.Size]byte // digest of the inputs (see compose)
+	expires time.Time         // zero: while the generation stands
+	body    []byte
+	ctype   string
+	etag    string
+	lastMod string
+	merge   string
+	up      int64 // the one contributing upstream of a single answer
+	// digests of body, hex
+	sha1, md5, sha256, sha512 string
+	contributors              []contributor     // whose entries count a download
+	failures                  []upstreamFailure // every upstream without a document, and why
+	denied                    []denial          // the refusals to count again on every answer
+	res                       result            // how the inputs were got when built
+}
+
+type contributor struct {
+	up  int64
+	rel string
+}
+
+type denial struct {
+	up      *upstreamView
+	verdict maven.Verdict
+}
+
+// failed returns why upstream id could not give its document to v, while
+// v's partial answer stands; nil otherwise.
+func (v *composedView) failed(id int64, now time.Time) error {
+	if v == nil || v.merge != mergePartial || !v.fresh(now) {
+		return nil
+	}
+	for _, f := range v.failures {
+		if f.upstream == id && !isAbsent(f.err) && !isDenied(f.err) {
+			return f.err
+		}
+	}
+	return nil
+}
+
+func (v *composedView) fresh(now time.Time) bool {
+	return v.expires.IsZero() || now.Before(v.expires)
+}
+
+func (v *composedView) size() int64 { return int64(len(v.body)) + 512 }
+
+// inputsDigest identifies what a composed answer is built from: the kind,
+// then per upstream in position order its id, whether it contributed, its
+// document's digest and the fingerprint of its rules (which drop versions).
+func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
+	h := sha256.New()
+	var b [9]byte
+	b[0] = byte(k)
+	h.Write(b[:1])
+	for i := range ins {
+		in := &ins[i]
+		binary.BigEndian.PutUint64(b[:8], uint64(in.up.id))
+		b[8] = 0
+		if in.err == nil {
+			b[8] = 1
+		}
+		h.Write(b[:])
+		if in.err == nil {
+			io.WriteString(h, in.digest)
+			io.WriteString(h, in.up.rulesKey)
+		}
+		h.Write([]byte{0})
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// compose builds the answer out of the inputs; prev, the view kept from
+// before, is reused when its inputs are the same (a new cache generation
+// seldom changes a document).
+func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
+	v := &composedView{gen: gen, inputs: inputsDigest(k, ins), res: resHit}
+	for i := range ins {
+		in := &ins[i]
+		switch {
+		case in.fetched:
+			v.res = resMiss
+		case in.stale && v.res == resHit:
+			v.res = resStale
+		}
+		if !in.expires.IsZero() && (v.expires.IsZero() || in.expires.Before(v.expires)) {
+			v.expires = in.expires
+		}
+		if de, ok := in.err.(*deniedError); ok {
+			v.denied = append(v.denied, denial{up: in.up, verdict: de.v})
+		}
+	}
+	if prev != nil && prev.inputs == v.inputs {
+		// The same documents: the same bytes.
+		w := *prev
+		w.gen, w.expires, w.res, w.denied = gen, v.expires, v.res, v.denied
+		return &w, nil
+	}
+	var err error
+	switch k {
+	case composeMetadata:
+		err = s.mergeMetadata(x, v, ins)
+	case composePrefixes:
+		err = s.mergePrefixes(v, ins)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v.merge == mergePartial {
+		pt := now.Add(s.cfg.Metadata.PartialTTL)
+		if v.expires.IsZero() || pt.Before(v.expires) {
+			v.expires = pt
+		}
+	}
+	v.digest()
+	if v.etag == "" { // the single document's own ETag is set already
+		v.etag = `"m` + hex.EncodeToString(v.inputs[:20]) + `"`
+	}
+	var newest time.Time
+	for i := range ins {
+		if in := &ins[i]; in.err == nil {
+			if in.updated.After(newest) {
+				newest = in.updated
+			}
+			if in.entry != "" {
+				v.contributors = append(v.contributors, contributor{up: in.up.id, rel: in.entry})
+			}
+		}
+	}
+	v.lastMod = string(fasthttp.AppendHTTPDate(nil, newest))
+	return v, nil
+}
+
+// mergeMetadata merges the maven-metadata.xml documents. An upstream's
+// versions that its rules refuse are left out of what it contributes. One
+// document, nothing left out and no upstream failed: its own bytes.
+func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
+	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	docs := make([]*maven.Metadata, len(ins))
+	var c maven.Coordinates
+	if x.reg.hasRules {
+		c = maven.RuleCoordinates(x.path)
+	}
+	found, single := 0, -1
+	for i := range ins {
+		in := &ins[i]
+		if in.err == nil {
+			body, err := in.read(s)
+			if err == nil {
+				docs[i], err = maven.ParseMetadata(bytes.NewReader(body), max)
+			}
+			if err != nil {
+				in.err = docError(err)
+			} else {
+				found, single = found+1, i
+			}
+		}
+		if in.err != nil {
+			v.failures = append(v.failures, upstreamFailure{upstream: in.up.id, err: in.err})
+		}
+	}
+	if found == 0 {
+		x.miss = &missError{failures: v.failures}
+		return x.miss
+	}
+	v.merge = mergeComplete
+	for _, f := range v.failures {
+		if !isAbsent(f.err) && !isDenied(f.err) {
+			v.merge = mergePartial
+		}
+	}
+	dropped := false
+	keep := func(i int, version string) bool {
+		if c.ArtifactID == "" || ins[i].up.rules == nil || ins[i].up.rules.AllowsVersion(c, version) {
+			return true
+		}
+		dropped = true
+		return false
+	}
+	merged := maven.MergeMetadata(docs, keep)
+	v.ctype = maven.ContentType(maven.MetadataFile)
+	if found == 1 && v.merge == mergeComplete && !dropped {
+		in := &ins[single]
+		v.merge, v.body, v.up = mergeSingle, in.body, in.up.id
+		v.etag = `"` + in.digest + `"`
+		return nil
+	}
+	v.body = merged.Marshal()
+	return nil
+}
+
+// mergePrefixes answers the union of the upstreams' prefix files, or 404
+// when one has none or cannot give it: Maven's prefix filter refuses every
+// file outside the list, so a list missing an upstream's prefixes would
+// make it refuse files that upstream holds, where a 404 turns the filter
+// off for the registry.
+func (s *Server) mergePrefixes(v *composedView, ins []docInput) error {
+	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	lists := make([][]string, 0, len(ins))
+	for i := range ins {
+		in := &ins[i]
+		var list []string
+		body, err := in.read(s)
+		if err == nil {
+			list, err = maven.ParsePrefixes(bytes.NewReader(body), max)
+		}
+		if err != nil {
+			return &apiError{status: fasthttp.StatusNotFound, body: jsonBody("message",
+				"404 Not Found - no prefix file: upstream "+strconv.FormatInt(in.up.id, 10)+" "+prefixAbsence(err))}
+		}
+		lists = append(lists, list)
+	}
+	v.merge, v.ctype = mergeComplete, maven.ContentType(maven.PrefixesFile)
+	v.body = maven.MergePrefixes(lists)
+	return nil
+}
+
+func prefixAbsence(err error) string {
+	if isAbsent(err) {
+		return "has none"
+	}
+	return "could not give one: " + failureReason(docError(err))
+}
+
+// docError is an upstream document that could not be read or parsed, as
+// that upstream's failure.
+func docError(err error) error {
+	if errors.Is(err, maven.ErrBadMetadata) || errors.Is(err, maven.ErrBadPrefixes) {
+		return &refusedError{label: refusedAnswer, reason: "malformed document: " + docReason(err)}
+	}
+	return err
+}
+
+// docReason is the parser's client-safe reason, without its package prefix.
+func docReason(err error) string {
+	r := err.Error()
+	if i := strings.LastIndex(r, ": "); i >= 0 && i+2 < len(r) {
+		return r[i+2:]
+	}
+	return r
+}
+
+func (v *composedView) digest() {
+	hs := [...]hash.Hash{sha1.New(), md5.New(), sha256.New(), sha512.New()}
+	out := [...]*string{&v.sha1, &v.md5, &v.sha256, &v.sha512}
+	for i, h := range hs {
+		h.Write(v.body)
+		*out[i] = hex.EncodeToString(h.Sum(nil))
+	}
+}
+
+// serveComposed answers x from v: the document, or one of its digests.
+func (s *Server) serveComposed(x *exchange, v *composedView) error {
+	ctx, p := x.ctx, x.path
+	x.merge, x.up = v.merge, v.up
+	if v.merge == mergePartial {
+		x.miss = &missError{failures: v.failures}
+	}
+	s.met.merges.WithLabelValues(idLabel(x.reg.id), v.merge).Inc()
+	now := s.now()
+	for _, c := range v.contributors {
+		s.downloads.add(c.up, c.rel, now)
+	}
+	h := &ctx.Response.Header
+	if v.merge != mergeSingle {
+		h.SetCanonical(hdrMerge, s2b(mergeHeader(v)))
+	}
+	if p.Kind == maven.Checksum {
+		var d string
+		switch p.Algo {
+		case maven.SHA1:
+			d = v.sha1
+		case maven.MD5:
+			d = v.md5
+		case maven.SHA256:
+			d = v.sha256
+		case maven.SHA512:
+			d = v.sha512
+		}
+		s.writeDigest(x, d)
+		return nil
+	}
+	h.SetContentType(v.ctype)
+	h.SetCanonical(hdrETag, s2b(v.etag))
+	h.SetCanonical(hdrLastModified, s2b(v.lastMod))
+	h.SetCanonical(hdrDisposition, s2b(dispositionStart+p.File+`"`))
+	h.SetCanonical(hdrChecksumSHA1, s2b(v.sha1))
+	h.SetCanonical(hdrChecksumMD5, s2b(v.md5))
+	h.SetCanonical(hdrNosniff, valNosniff)
+	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagListMatches(inm, v.etag) {
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return nil
+	}
+	if ctx.IsHead() {
+		h.SetContentLength(len(v.body))
+		return nil
+	}
+	// Immutable once built: fasthttp writes it without a copy.
+	ctx.Response.SetBodyRaw(v.body)
+	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(v.body)))
+	return nil
+}
+
+// mergeHeader is X-Registryd-Merge: "complete", or "partial; missing=2,5"
+// naming the upstreams that failed.
+func mergeHeader(v *composedView) string {
+	if v.merge != mergePartial {
+		return v.merge
+	}
+	var b strings.Builder
+	b.WriteString("partial; missing=")
+	n := 0
+	for _, f := range v.failures {
+		if isAbsent(f.err) || isDenied(f.err) {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(f.upstream, 10))
+		n++
+	}
+	return b.String()
+}
+
+// --- the composed answers kept in memory ---
+
+// composedCache holds composed answers by (registry, path), bounded by
+// metadata.memory_bytes; each is checked against the cache generation and
+// its expiry on use.
+type composedCache struct {
+	mu    sync.Mutex
+	lru   *simplelru.LRU[entryKey, *composedView]
+	bytes int64
+	max   int64
+}
+
+// composedEntries bounds the number of answers kept, whatever their size.
+const composedEntries = 8192
+
+func newComposedCache(max int64) (*composedCache, error) {
+	c := &composedCache{max: max}
+	var err error
+	c.lru, err = simplelru.NewLRU[entryKey, *composedView](composedEntries, func(_ entryKey, v *composedView) {
+		c.bytes -= v.size()
+	})
+	return c, err
+}
+
+func (c *composedCache) get(k entryKey) *composedView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, _ := c.lru.Get(k)
+	return v
+}
+
+func (c *composedCache) add(k entryKey, v *composedView) {
+	if v.size() > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Remove(k) // its eviction callback takes the old answer's bytes off
+	c.lru.Add(k, v)
+	c.bytes += v.size()
+	for c.bytes > c.max {
+		if _, _, ok := c.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
