@@ -31,7 +31,7 @@ const (
 
 type auditQueue struct {
 	s  *Server
-	ch chan store.AuditEvent
+	ch chan queuedAudit
 
 	mu   sync.Mutex
 	seen *simplelru.LRU[denialKey, time.Time]
@@ -42,9 +42,16 @@ type auditQueue struct {
 }
 
 type denialKey struct {
-	up, author int64
-	authorKind auth.Kind
-	rel        string
+	registry, up, author int64
+	authorKind           auth.Kind
+	rel                  string
+}
+
+// queuedAudit is an event on its way to the store, with its dedupe key,
+// which is forgotten again if the event cannot be written.
+type queuedAudit struct {
+	ev  store.AuditEvent
+	key denialKey
 }
 
 func newAuditQueue(s *Server) (*auditQueue, error) {
@@ -52,14 +59,14 @@ func newAuditQueue(s *Server) (*auditQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &auditQueue{s: s, ch: make(chan store.AuditEvent, auditQueueLen), seen: seen}, nil
+	return &auditQueue{s: s, ch: make(chan queuedAudit, auditQueueLen), seen: seen}, nil
 }
 
 // denied queues the audit event of upstream u's rules refusing x's file.
 func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 	now := q.s.now()
 	rel := x.path.EntryRel()
-	k := denialKey{up: u.id, authorKind: x.who.Kind, rel: rel}
+	k := denialKey{registry: x.reg.id, up: u.id, authorKind: x.who.Kind, rel: rel}
 	switch x.who.Kind {
 	case auth.PersonalToken:
 		k.author = x.who.User.ID
@@ -67,13 +74,12 @@ func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 		k.author = x.who.Deploy.ID
 	}
 	q.mu.Lock()
-	if t, ok := q.seen.Get(k); ok && now.Sub(t) < denialAuditWindow {
-		q.mu.Unlock()
+	t, ok := q.seen.Get(k)
+	q.mu.Unlock()
+	if ok && now.Sub(t) < denialAuditWindow {
 		return
 	}
 	k.rel = strings.Clone(rel) // the key outlives the request
-	q.seen.Add(k, now)
-	q.mu.Unlock()
 
 	ev := store.AuditEvent{
 		EventName:     store.AuditUpstreamArtifactDenied,
@@ -94,8 +100,15 @@ func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 	case auth.DeployToken:
 		ev.AuthorID, ev.AuthorName, ev.AuthorClass = store.AuditAuthorDeployToken, x.who.Deploy.Name, store.AuditAuthorClassDeployToken
 	}
+	// Seen only once queued: a dropped event does not hide the next one.
+	// (Two requests racing here may both queue one: harmless.) An event
+	// queued after the writer stopped (a request that outlived Shutdown)
+	// is not written; it is counted as dropped by stopDrain.
 	select {
-	case q.ch <- ev:
+	case q.ch <- queuedAudit{ev: ev, key: k}:
+		q.mu.Lock()
+		q.seen.Add(k, now)
+		q.mu.Unlock()
 	default:
 		q.s.met.auditDropped.Inc()
 	}
@@ -122,11 +135,21 @@ func (q *auditQueue) stopDrain() {
 		close(stop)
 		<-done
 	}
+	// What is still queued (the writer never ran, or a request queued
+	// after the drain) is not written: count it.
+	for {
+		select {
+		case <-q.ch:
+			q.s.met.auditDropped.Inc()
+		default:
+			return
+		}
+	}
 }
 
 func (q *auditQueue) run(stop, done chan struct{}) {
 	defer close(done)
-	batch := make([]store.AuditEvent, 0, auditBatch)
+	batch := make([]queuedAudit, 0, auditBatch)
 	for {
 		select {
 		case ev := <-q.ch:
@@ -145,7 +168,7 @@ func (q *auditQueue) run(stop, done chan struct{}) {
 }
 
 // drain adds what is queued to batch, up to auditBatch events.
-func (q *auditQueue) drain(batch []store.AuditEvent) []store.AuditEvent {
+func (q *auditQueue) drain(batch []queuedAudit) []queuedAudit {
 	for len(batch) < auditBatch {
 		select {
 		case ev := <-q.ch:
@@ -158,10 +181,12 @@ func (q *auditQueue) drain(batch []store.AuditEvent) []store.AuditEvent {
 }
 
 // write records a batch in one transaction, with each group's full path.
-func (q *auditQueue) write(batch []store.AuditEvent) {
+func (q *auditQueue) write(batch []queuedAudit) {
 	paths := map[int64]string{}
+	evs := make([]store.AuditEvent, len(batch))
 	for i := range batch {
-		ev := &batch[i]
+		ev := &evs[i]
+		*ev = batch[i].ev
 		p, ok := paths[ev.EntityID]
 		if !ok {
 			if g, err := q.s.st.Group(ev.EntityID); err == nil {
@@ -171,8 +196,13 @@ func (q *auditQueue) write(batch []store.AuditEvent) {
 		}
 		ev.EntityPath = p
 	}
-	if _, err := q.s.st.RecordAudit(batch...); err != nil {
+	if _, err := q.s.st.RecordAudit(evs...); err != nil {
 		q.s.met.auditDropped.Add(float64(len(batch)))
 		q.s.log.Warn("recording audit events of rule denials", "events", len(batch), "err", err)
+		q.mu.Lock()
+		for _, b := range batch {
+			q.seen.Remove(b.key)
+		}
+		q.mu.Unlock()
 	}
 }

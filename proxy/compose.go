@@ -11,6 +11,7 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -115,6 +116,11 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
 		ins := s.gather(x, k, rel, gen, v, now)
 		var err error
 		if v, err = s.compose(x, k, ins, v, gen, now); err != nil {
+			for i := range ins {
+				if de, ok := ins[i].err.(*deniedError); ok {
+					s.deny(x, ins[i].up, de.v)
+				}
+			}
 			s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone).Inc()
 			return err
 		}
@@ -145,7 +151,7 @@ func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev
 	for i, u := range reg.ups {
 		in := &ins[i]
 		in.up = u
-		if v := u.rules.Check(c); !v.Allowed {
+		if v := verdict(u.rules, x.path, c); !v.Allowed {
 			in.err, in.verdict = &deniedError{v}, v
 			continue
 		}
@@ -211,7 +217,16 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 	if meta {
 		validity = up.metaValidity
 	}
-	if !e.Invalidated && (validity == 0 || now.Before(e.CheckedAt.Add(validity))) {
+	// A stored document that could not be merged (malformed, too large) is
+	// that upstream's failure until metadata.partial_ttl has passed; then it
+	// is revalidated, however fresh, so a repaired upstream is seen.
+	bad, badKnown := s.composed.badDoc(e.SHA256, now)
+	if bad != nil {
+		in.err = bad.err
+		in.until(bad.until)
+		return true
+	}
+	if !badKnown && !e.Invalidated && (validity == 0 || now.Before(e.CheckedAt.Add(validity))) {
 		in.stored(e, s.blobs)
 		if validity > 0 {
 			in.until(e.CheckedAt.Add(validity))
@@ -442,9 +457,32 @@ func (v *composedView) fresh(now time.Time) bool {
 
 func (v *composedView) size() int64 { return int64(len(v.body)) + 512 }
 
+// inputClass is what an upstream gave a composed answer.
+type inputClass uint8
+
+const (
+	inputAbsent inputClass = iota
+	inputDocument
+	inputDenied
+	inputFailed
+)
+
+func (in *docInput) class() inputClass {
+	switch {
+	case in.err == nil:
+		return inputDocument
+	case isAbsent(in.err):
+		return inputAbsent
+	case isDenied(in.err):
+		return inputDenied
+	}
+	return inputFailed
+}
+
 // inputsDigest identifies what a composed answer is built from: the kind,
-// then per upstream in position order its id, whether it contributed, its
-// document's digest and the fingerprint of its rules (which drop versions).
+// then per upstream in position order its id, what it gave (a document,
+// none, a refusal, a failure), its document's digest and the fingerprint of
+// its rules (which drop versions). Equal digests: the same answer.
 func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
 	h := sha256.New()
 	var b [9]byte
@@ -453,10 +491,7 @@ func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
 	for i := range ins {
 		in := &ins[i]
 		binary.BigEndian.PutUint64(b[:8], uint64(in.up.id))
-		b[8] = 0
-		if in.err == nil {
-			b[8] = 1
-		}
+		b[8] = byte(in.class())
 		h.Write(b[:])
 		if in.err == nil {
 			io.WriteString(h, in.digest)
@@ -549,7 +584,7 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 				docs[i], err = maven.ParseMetadata(bytes.NewReader(body), max)
 			}
 			if err != nil {
-				in.err = docError(err)
+				in.err = s.badInput(in, err)
 			} else {
 				found, single = found+1, i
 			}
@@ -603,6 +638,9 @@ func (s *Server) mergePrefixes(v *composedView, ins []docInput) error {
 		if err == nil {
 			list, err = maven.ParsePrefixes(bytes.NewReader(body), max)
 		}
+		if err != nil && in.err == nil {
+			err = s.badInput(in, err)
+		}
 		if err != nil {
 			return &apiError{status: fasthttp.StatusNotFound, body: jsonBody("message",
 				"404 Not Found - no prefix file: upstream "+strconv.FormatInt(in.up.id, 10)+" "+prefixAbsence(err))}
@@ -619,6 +657,26 @@ func prefixAbsence(err error) string {
 		return "has none"
 	}
 	return "could not give one: " + failureReason(docError(err))
+}
+
+// badInput turns an upstream document that could not be read or merged
+// into that upstream's failure, remembered by the document's digest for
+// metadata.partial_ttl (see storedDoc). A blob file that has gone is
+// removed from the index, so the next answer fetches the document again.
+func (s *Server) badInput(in *docInput, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		s.log.Error("a cached document's blob file is missing; fetching it again",
+			"upstream", in.up.id, "path", in.entry, "blob", in.digest)
+		if in.entry != "" {
+			if derr := s.st.DeleteCacheEntry(in.up.id, in.entry); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+				s.log.Warn("removing the entry of a missing blob", "upstream", in.up.id, "path", in.entry, "err", derr)
+			}
+		}
+		return errBlobGone
+	}
+	err = docError(err)
+	s.composed.rememberBad(in.digest, err, s.now().Add(s.cfg.Metadata.PartialTTL))
+	return err
 }
 
 // docError is an upstream document that could not be read or parsed, as
@@ -656,10 +714,6 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 		x.miss = &missError{failures: v.failures}
 	}
 	s.met.merges.WithLabelValues(idLabel(x.reg.id), v.merge).Inc()
-	now := s.now()
-	for _, c := range v.contributors {
-		s.downloads.add(c.up, c.rel, now)
-	}
 	h := &ctx.Response.Header
 	if v.merge != mergeSingle {
 		h.SetCanonical(hdrMerge, s2b(mergeHeader(v)))
@@ -677,6 +731,9 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 			d = v.sha512
 		}
 		s.writeDigest(x, d)
+		if !ctx.IsHead() {
+			s.countComposed(v)
+		}
 		return nil
 	}
 	h.SetContentType(v.ctype)
@@ -697,7 +754,17 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	// Immutable once built: fasthttp writes it without a copy.
 	ctx.Response.SetBodyRaw(v.body)
 	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(v.body)))
+	s.countComposed(v)
 	return nil
+}
+
+// countComposed counts a download of every entry that went into v (GETs
+// only, as for any file: not HEAD, not 304).
+func (s *Server) countComposed(v *composedView) {
+	now := s.now()
+	for _, c := range v.contributors {
+		s.downloads.add(c.up, c.rel, now)
+	}
 }
 
 // mergeHeader is X-Registryd-Merge: "complete", or "partial; missing=2,5"
@@ -732,6 +799,42 @@ type composedCache struct {
 	lru   *simplelru.LRU[entryKey, *composedView]
 	bytes int64
 	max   int64
+	// bad are upstream documents (by SHA-256) that could not be merged.
+	bad *simplelru.LRU[string, badDoc]
+}
+
+// badDoc is why a document could not be merged, and until when that
+// stands without asking its upstream again.
+type badDoc struct {
+	err   error
+	until time.Time
+}
+
+// rememberBad records a document that could not be merged.
+func (c *composedCache) rememberBad(digest string, err error, until time.Time) {
+	if digest == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bad.Add(digest, badDoc{err: err, until: until})
+}
+
+// badDoc returns the failure of a document known not to merge while it
+// stands (nil after), and whether the document is known bad at all: one
+// whose failure has expired must be revalidated before it is used again.
+func (c *composedCache) badDoc(digest string, now time.Time) (*badDoc, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.bad.Get(digest)
+	if !ok {
+		return nil, false
+	}
+	if now.Before(b.until) {
+		return &b, true
+	}
+	c.bad.Remove(digest)
+	return nil, true
 }
 
 // composedEntries bounds the number of answers kept, whatever their size.
@@ -743,6 +846,10 @@ func newComposedCache(max int64) (*composedCache, error) {
 	c.lru, err = simplelru.NewLRU[entryKey, *composedView](composedEntries, func(_ entryKey, v *composedView) {
 		c.bytes -= v.size()
 	})
+	if err != nil {
+		return nil, err
+	}
+	c.bad, err = simplelru.NewLRU[string, badDoc](composedEntries, nil)
 	return c, err
 }
 

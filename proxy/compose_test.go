@@ -362,3 +362,79 @@ func TestMergeDeterministic(t *testing.T) {
 		t.Fatalf("two merges of the same inputs differ:\n%s\n%s", bodies[0], bodies[1])
 	}
 }
+
+// Regressions found in review: refusals of a composed document are counted
+// when no answer can be built; the outcome follows what each upstream gave
+// (a failure that turns into a 404 is no longer "partial"); a malformed
+// document is asked for again once metadata.partial_ttl has passed; a rule
+// edited within the same millisecond applies at once; HEAD and 304 are not
+// downloads; group-level metadata meets group rules.
+func TestComposeReview(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) { c.Metadata.PartialTTL = time.Minute })
+	a, b := newFakeUpstream(t), newFakeUpstream(t)
+	aid := e.upstream(a.URL, nil, nil)
+	bid := e.upstream(b.URL, nil, nil)
+
+	// Every upstream refuses group-level metadata of com.acme: 403, counted.
+	const groupMeta = "com/acme/maven-metadata.xml"
+	a.set(groupMeta, fakeFile{body: []byte("<metadata><plugins><plugin><prefix>x</prefix><artifactId>x-maven-plugin</artifactId></plugin></plugins></metadata>")})
+	ra := addRule(t, e, aid, "deny", "group_id", "wildcard", "com.acme*")
+	rb := addRule(t, e, bid, "deny", "group_id", "wildcard", "com.acme")
+	e.get(groupMeta).expect(t, 403)
+	if got := e.metric("registryd_upstream_rule_denials_total"); got != 2 {
+		t.Fatalf("denials %v, want 2", got)
+	}
+	if a.calls(groupMeta) != 0 {
+		t.Fatal("a refused upstream was asked")
+	}
+	// Edited in the same millisecond (the test clock stands still): applies.
+	other := "org.other"
+	if _, err := e.st.UpdateUpstreamRule(ra.ID, store.UpstreamRulePatch{Pattern: &other}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.DeleteUpstreamRule(rb.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.get(groupMeta).expect(t, 200)
+
+	// Partial, then the failing upstream answers 404: complete.
+	a.set(libMeta, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
+	b.set(libMeta, fakeFile{status: 503})
+	e.get(libMeta).expect(t, 200)
+	b.del(libMeta)
+	e.clock.Advance(2 * time.Minute)
+	if h := e.get(libMeta).expect(t, 200).header.Get("X-Registryd-Merge"); h != "" {
+		t.Fatalf("after the failing upstream answered 404: X-Registryd-Merge %q, want a single document", h)
+	}
+
+	// A malformed document: asked again once partial_ttl has passed, and
+	// merged once repaired.
+	const bad = "org/example/bad/maven-metadata.xml"
+	a.set(bad, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
+	b.set(bad, fakeFile{body: []byte("<metadata><versioning>"), ctype: "application/xml"})
+	e.get(bad).expect(t, 200)
+	b.set(bad, fakeFile{body: metaXML("20250101000000", "2.0", "2.0", "2.0")})
+	e.get(bad).expect(t, 200)
+	if n := b.calls(bad); n != 1 {
+		t.Fatalf("the malformed upstream was asked %d times within partial_ttl, want 1", n)
+	}
+	e.clock.Advance(2 * time.Minute)
+	r := e.get(bad).expect(t, 200)
+	if h := r.header.Get("X-Registryd-Merge"); h != "complete" {
+		t.Fatalf("after partial_ttl: X-Registryd-Merge %q", h)
+	}
+
+	// HEAD and 304 are not downloads.
+	if err := e.srv.FlushDownloads(); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.entry(aid, "/"+bad)
+	e.head(bad).expect(t, 200)
+	e.get(bad, "If-None-Match", r.header.Get("ETag")).expect(t, 304)
+	if err := e.srv.FlushDownloads(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := e.entry(aid, "/"+bad); after.DownloadsCount != before.DownloadsCount {
+		t.Fatalf("HEAD and 304 counted: %d -> %d downloads", before.DownloadsCount, after.DownloadsCount)
+	}
+}

@@ -37,7 +37,7 @@ type ruleSets struct {
 }
 
 type compiledRules struct {
-	fingerprint string // the rules' ids and update times: changes with any edit
+	fingerprint string // the rules' ids and content: changes with any edit
 	set         *maven.RuleSet
 }
 
@@ -50,12 +50,17 @@ func (s *Server) compileRules(id int64, list []store.UpstreamRule) (*maven.RuleS
 		s.rules.mu.Unlock()
 		return nil, "", nil
 	}
+	// The fingerprint is the rules' content, not their update times: two
+	// edits within one millisecond (the store's precision), or a clock
+	// step back, must still be seen.
 	var fp strings.Builder
 	for _, r := range list {
 		fp.WriteString(strconv.FormatInt(r.ID, 36))
-		fp.WriteByte(':')
-		fp.WriteString(strconv.FormatInt(r.UpdatedAt.UnixNano(), 36))
-		fp.WriteByte(';')
+		for _, f := range [...]string{r.RuleType, r.TargetCoordinate, r.PatternType, r.Pattern} {
+			fp.WriteByte(0)
+			fp.WriteString(f)
+		}
+		fp.WriteByte(1)
 	}
 	s.rules.mu.Lock()
 	c, ok := s.rules.m[id]
@@ -98,7 +103,7 @@ func (s *Server) screen(x *exchange) *registryView {
 	c := maven.RuleCoordinates(x.path)
 	var kept *registryView
 	for i, u := range reg.ups {
-		v := u.rules.Check(c)
+		v := verdict(u.rules, x.path, c)
 		if v.Allowed {
 			if kept != nil {
 				kept.ups = append(kept.ups, u)
@@ -119,6 +124,28 @@ func (s *Server) screen(x *exchange) *registryView {
 		return reg
 	}
 	return kept
+}
+
+// verdict checks rules against a file with coordinates c. Metadata without
+// a version directory reads as artifact level (g/a: group g, artifact a)
+// but may be group level (the plugin list of group g.a): the path cannot
+// tell them apart. A deny rule that matches either reading refuses it; an
+// allow list refuses it only when neither reading passes.
+func verdict(rules *maven.RuleSet, p maven.Path, c maven.Coordinates) maven.Verdict {
+	v := rules.Check(c)
+	if rules == nil || p.EntryKind() != maven.MetadataKind || p.Version != "" || c.ArtifactID == "" {
+		return v
+	}
+	g := rules.Check(maven.Coordinates{GroupID: c.GroupID + "." + c.ArtifactID})
+	switch {
+	case v.Rule != nil: // a deny rule matched the artifact-level reading
+		return v
+	case g.Rule != nil:
+		return g
+	case g.Allowed:
+		return g
+	}
+	return v
 }
 
 // deny counts one refusal and queues its audit event.
