@@ -134,23 +134,8 @@ func rangedBuild(t *testing.T, repo mavenRepoAccess) string {
 	if err := os.WriteFile(filepath.Join(project, "pom.xml"), []byte(pom), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	work := t.TempDir()
-	host, port := deadProxy(t)
-	var settings bytes.Buffer
-	if err := mavenSettings.Execute(&settings, map[string]string{"URL": repo.URL, "Username": repo.Username,
-		"Password": repo.Password, "ProxyHost": host, "ProxyPort": port}); err != nil {
-		t.Fatal(err)
-	}
-	userSettings, globalSettings := filepath.Join(work, "settings.xml"), filepath.Join(work, "global-settings.xml")
-	if err := os.WriteFile(userSettings, settings.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(globalSettings, []byte("<settings/>\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	local := filepath.Join(work, "m2-repository")
-	out, err := runClientErr(project, clientEnv(work), "mvn", "-B", "-C", "-Dstyle.color=never",
-		"-s", userSettings, "-gs", globalSettings, "-Dmaven.repo.local="+local, "compile")
+	local := filepath.Join(t.TempDir(), "m2-repository")
+	out, err := runMaven(t, project, repo, local, "compile")
 	if err != nil || !strings.Contains(out, "BUILD SUCCESS") {
 		t.Fatalf("mvn compile: %v\n%s", err, lastLines(out, 80))
 	}

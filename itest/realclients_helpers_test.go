@@ -741,14 +741,11 @@ func mavenBuild(t *testing.T, fx *mavenFixture, repo mavenRepoAccess) string {
 	return local
 }
 
-// mavenRun builds a fresh copy of the Maven test project with
-// `mvn -B -C package` and the local repository local (which may hold what
-// an earlier build left), all requests through a mirror of everything at
-// repo. It returns mvn's output, and an error when mvn failed or did not
-// build, test and package the project.
-func mavenRun(t *testing.T, fx *mavenFixture, repo mavenRepoAccess, local string) (string, error) {
+// runMaven runs `mvn -B -C <goal>` in project with the local repository
+// local and settings that send every request to repo (with its
+// credentials) and none beyond loopback; it returns mvn's output.
+func runMaven(t *testing.T, project string, repo mavenRepoAccess, local, goal string) (string, error) {
 	t.Helper()
-	project := writeProject(t, fx.Versions, "maven-project", "realclient-src")
 	work := t.TempDir()
 	host, port := deadProxy(t)
 	var settings bytes.Buffer
@@ -764,8 +761,19 @@ func mavenRun(t *testing.T, fx *mavenFixture, repo mavenRepoAccess, local string
 	if err := os.WriteFile(globalSettings, []byte("<settings/>\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runClientErr(project, clientEnv(work), "mvn", "-B", "-C", "-Dstyle.color=never",
-		"-s", userSettings, "-gs", globalSettings, "-Dmaven.repo.local="+local, "package")
+	return runClientErr(project, clientEnv(work), "mvn", "-B", "-C", "-Dstyle.color=never",
+		"-s", userSettings, "-gs", globalSettings, "-Dmaven.repo.local="+local, goal)
+}
+
+// mavenRun builds a fresh copy of the Maven test project with
+// `mvn -B -C package` and the local repository local (which may hold what
+// an earlier build left), all requests through a mirror of everything at
+// repo. It returns mvn's output, and an error when mvn failed or did not
+// build, test and package the project.
+func mavenRun(t *testing.T, fx *mavenFixture, repo mavenRepoAccess, local string) (string, error) {
+	t.Helper()
+	project := writeProject(t, fx.Versions, "maven-project", "realclient-src")
+	out, err := runMaven(t, project, repo, local, "package")
 	if err != nil {
 		return out, err
 	}

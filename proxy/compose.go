@@ -719,18 +719,7 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 		h.SetCanonical(hdrMerge, s2b(mergeHeader(v)))
 	}
 	if p.Kind == maven.Checksum {
-		var d string
-		switch p.Algo {
-		case maven.SHA1:
-			d = v.sha1
-		case maven.MD5:
-			d = v.md5
-		case maven.SHA256:
-			d = v.sha256
-		case maven.SHA512:
-			d = v.sha512
-		}
-		s.writeDigest(x, d)
+		s.writeDigest(x, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
 		if !ctx.IsHead() {
 			s.countComposed(v)
 		}

@@ -131,23 +131,28 @@ func (s *Server) blobError(v *entryView, err error) error {
 // serveDigest answers a checksum sidecar from the digests stored with its
 // parent entry, never from an upstream's sidecar file.
 func (s *Server) serveDigest(x *exchange, e *store.CacheEntry) error {
-	var d string
-	switch x.path.Algo {
-	case maven.SHA1:
-		d = e.SHA1
-	case maven.MD5:
-		d = e.MD5
-	case maven.SHA256:
-		d = e.SHA256
-	case maven.SHA512:
-		d = e.SHA512
-	}
+	d := pickDigest(x.path.Algo, e.SHA1, e.MD5, e.SHA256, e.SHA512)
 	if d == "" {
 		return errFileNotFound
 	}
 	s.writeDigest(x, d)
 	s.downloads.add(e.UpstreamID, e.RelativePath, s.now())
 	return nil
+}
+
+// pickDigest returns the digest of algorithm a among a file's digests.
+func pickDigest(a maven.Algo, sha1, md5, sha256, sha512 string) string {
+	switch a {
+	case maven.SHA1:
+		return sha1
+	case maven.MD5:
+		return md5
+	case maven.SHA256:
+		return sha256
+	case maven.SHA512:
+		return sha512
+	}
+	return ""
 }
 
 // writeDigest answers a checksum sidecar with the hex digest d.
