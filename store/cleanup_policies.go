@@ -502,18 +502,22 @@ func (s *Store) FinishCleanupRun(group int64, failure string) (CleanupPolicy, Cl
 
 // CleanupPreview is what a run would delete now.
 type CleanupPreview struct {
-	Count int
-	Bytes int64
+	// Cutoff: the entries last downloaded (or, never downloaded, created)
+	// before it would go.
+	Cutoff time.Time
+	Count  int
+	Bytes  int64
 	// Page is the requested page of those entries, in the order a run
 	// visits them (upstream id, then relative path).
 	Page []CacheEntry
 }
 
-// CleanupCandidates lists what a run with the given cutoff would delete of
-// the group's cache, without deleting anything: every entry of the group's
-// upstreams is read once, in one read transaction (which blocks no writer).
-func (s *Store) CleanupCandidates(group int64, cutoff time.Time, offset, limit int) (CleanupPreview, error) {
-	var out CleanupPreview
+// CleanupCandidates lists what a run keeping keepDays days would delete of
+// the group's cache now, without deleting anything: every entry of the
+// group's upstreams is read once, in one read transaction (which blocks no
+// writer).
+func (s *Store) CleanupCandidates(group int64, keepDays, offset, limit int) (CleanupPreview, error) {
+	out := CleanupPreview{Cutoff: s.clock().Add(-cadenceDays(keepDays))}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if _, ok := groupTx(tx, group); !ok {
 			return notFound("Group")
@@ -528,7 +532,7 @@ func (s *Store) CleanupCandidates(group int64, cutoff time.Time, offset, limit i
 				if err := json.Unmarshal(v, &e); err != nil {
 					return err
 				}
-				if e.PurgeEpoch < epoch || !cleanupOld(&e, cutoff) {
+				if e.PurgeEpoch < epoch || !cleanupOld(&e, out.Cutoff) {
 					continue
 				}
 				if out.Count >= offset && len(out.Page) < limit {

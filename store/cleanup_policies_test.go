@@ -9,7 +9,6 @@ import (
 
 const day = 24 * time.Hour
 
-
 func TestCleanupPolicyCreateDefaultsAndValidation(t *testing.T) {
 	s, clock := openTest(t)
 	g := topGroup(t, s, "acme")
@@ -231,9 +230,9 @@ func TestCleanupRunInBatches(t *testing.T) {
 	ok(s.CreateCleanupPolicy(f.g.ID, CleanupPolicyPatch{Enabled: ptr(true)}))(t)
 	wantEntries, wantBytes := f.deletedFigures()
 
-	preview := ok(s.CleanupCandidates(f.g.ID, f.clock.Now().Add(-30*day), 3, 5))(t)
+	preview := ok(s.CleanupCandidates(f.g.ID, 30, 3, 5))(t)
 	if int64(preview.Count) != wantEntries || preview.Bytes != wantBytes || len(preview.Page) != 5 ||
-		preview.Page[0].UpstreamID != f.a {
+		preview.Page[0].UpstreamID != f.a || !preview.Cutoff.Equal(f.clock.Now().Add(-30*day).Truncate(time.Millisecond)) {
 		t.Fatalf("preview %d entries %d bytes, page of %d; want %d, %d", preview.Count, preview.Bytes, len(preview.Page),
 			wantEntries, wantBytes)
 	}
