@@ -408,13 +408,24 @@ type cleanupVictim struct {
 	e   CacheEntry
 }
 
-// cleanupOld reports whether e was last used before cutoff: its last
+// cleanupProbe is the part of a cache entry record that selecting entries
+// reads. Decoding only these fields skips allocating every string of the
+// record (path, digests, content type): most entries a walk visits are
+// only looked at.
+type cleanupProbe struct {
+	Size         int64      `json:"size"`
+	CreatedAt    time.Time  `json:"created_at"`
+	DownloadedAt *time.Time `json:"downloaded_at"`
+	PurgeEpoch   uint64     `json:"purge_epoch"`
+}
+
+// old reports whether the entry was last used before cutoff: its last
 // download, or its creation when it was never downloaded. Strictly before,
 // as GitLab's requiring_cleanup (downloaded_at < now - n days).
-func cleanupOld(e *CacheEntry, cutoff time.Time) bool {
-	last := e.CreatedAt
-	if e.DownloadedAt != nil {
-		last = *e.DownloadedAt
+func (p *cleanupProbe) old(cutoff time.Time) bool {
+	last := p.CreatedAt
+	if p.DownloadedAt != nil {
+		last = *p.DownloadedAt
 	}
 	return last.Before(cutoff)
 }
@@ -444,12 +455,16 @@ func cleanupWalkTx(tx *bolt.Tx, group int64, cutoff time.Time, from []byte, limi
 				return victims, slices.Clone(k), nil
 			}
 			visits--
+			var p cleanupProbe
+			if err := json.Unmarshal(v, &p); err != nil {
+				return nil, nil, err
+			}
+			if p.PurgeEpoch < epoch || !p.old(cutoff) {
+				continue
+			}
 			var e CacheEntry
 			if err := json.Unmarshal(v, &e); err != nil {
 				return nil, nil, err
-			}
-			if e.PurgeEpoch < epoch || !cleanupOld(&e, cutoff) {
-				continue
 			}
 			victims = append(victims, cleanupVictim{key: slices.Clone(k), e: e})
 		}
@@ -528,18 +543,22 @@ func (s *Store) CleanupCandidates(group int64, keepDays, offset, limit int) (Cle
 			epoch := purgeEpochTx(tx, up)
 			cur := entries.Cursor()
 			for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
-				var e CacheEntry
-				if err := json.Unmarshal(v, &e); err != nil {
+				var p cleanupProbe
+				if err := json.Unmarshal(v, &p); err != nil {
 					return err
 				}
-				if e.PurgeEpoch < epoch || !cleanupOld(&e, out.Cutoff) {
+				if p.PurgeEpoch < epoch || !p.old(out.Cutoff) {
 					continue
 				}
 				if out.Count >= offset && len(out.Page) < limit {
+					var e CacheEntry
+					if err := json.Unmarshal(v, &e); err != nil {
+						return err
+					}
 					out.Page = append(out.Page, e)
 				}
 				out.Count++
-				out.Bytes += e.Size
+				out.Bytes += p.Size
 			}
 		}
 		return nil
