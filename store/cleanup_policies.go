@@ -369,7 +369,10 @@ const cleanupScanFactor = 4
 func (s *Store) CleanupRunBatch(group int64, limit int) (CleanupBatch, error) {
 	var out CleanupBatch
 	limit = max(limit, 1)
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	// Not s.update(…, cache=true): a batch that deleted nothing (the last
+	// one, or one over entries that are all kept) must not move the cache
+	// generation, which would make the proxy reload its views for nothing.
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		c, ok := cleanupPolicyTx(tx, group)
 		if !ok {
 			return notFound("Cleanup policy")
@@ -399,6 +402,15 @@ func (s *Store) CleanupRunBatch(group int64, limit int) (CleanupBatch, error) {
 	})
 	if err != nil {
 		return CleanupBatch{}, err
+	}
+	if out.Entries > 0 {
+		// What update does after a commit that marked entries: readers'
+		// views of the cache are stale, and the collector has work.
+		s.cacheGen.Add(1)
+		select {
+		case s.collect <- struct{}{}:
+		default:
+		}
 	}
 	return out, nil
 }

@@ -268,6 +268,11 @@ func TestCleanupRunInBatches(t *testing.T) {
 	if s.CacheGeneration() == gen {
 		t.Fatal("deleting entries did not move the cache generation")
 	}
+	select {
+	case <-s.CollectWanted():
+	default:
+		t.Fatal("deleting entries did not wake the collector")
+	}
 	f.check(t)
 	if st := s.CacheStats(); int64(st.Pending) != wantEntries {
 		t.Fatalf("pending %d, want %d", st.Pending, wantEntries)
@@ -297,10 +302,24 @@ func TestCleanupRunInBatches(t *testing.T) {
 	if _, err := s.CleanupRunBatch(f.g.ID, 4); !errors.Is(err, ErrCleanupNotRunning) {
 		t.Fatalf("batch after the end: %v", err)
 	}
-	// A second run finds nothing more.
+	// A second run finds nothing more, and moves no cache generation
+	// (the proxy's views stay valid) nor wakes the collector.
 	ok(s.StartCleanupRun(f.g.ID, CleanupStart{}))(t)
+	gen = s.CacheGeneration()
+	select {
+	case <-s.CollectWanted():
+	default:
+	}
 	if b := ok(s.CleanupRunBatch(f.g.ID, 100))(t); b.Entries != 0 || !b.Done {
 		t.Fatalf("second run: %+v", b)
+	}
+	if s.CacheGeneration() != gen {
+		t.Fatal("a batch that deleted nothing moved the cache generation")
+	}
+	select {
+	case <-s.CollectWanted():
+		t.Fatal("a batch that deleted nothing woke the collector")
+	default:
 	}
 	c, _ = ok3(s.FinishCleanupRun(f.g.ID, ""))(t)
 	if c.LastRunDeletedEntriesCount != 0 || c.LastRunDetailedMetrics["maven"] != (CleanupMetrics{}) {
