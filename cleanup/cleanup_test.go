@@ -629,6 +629,7 @@ func TestStartAndStop(t *testing.T) {
 		s.Stop()
 		close(stopped)
 	}()
+	<-s.stop // Stop has asked; the run is still inside its first batch
 	close(release)
 	<-stopped
 	// Stop returned after the run had stopped: its end is counted, and the
