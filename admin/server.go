@@ -45,6 +45,9 @@ type Deps struct {
 	Gatherer   prometheus.Gatherer
 	// Ready reports why registryd is not ready, or nil when it is.
 	Ready func() error
+	// Cleanup starts cleanup policy runs at once (run now); nil: that
+	// endpoint answers 503.
+	Cleanup CleanupRunner
 }
 
 // Server is the admin HTTP handler.
@@ -61,6 +64,8 @@ type Server struct {
 
 	routes map[string]map[string]handler // pattern -> method -> handler
 	order  []string
+
+	cleanup CleanupRunner // starts cleanup policy runs; nil when there is none
 }
 
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -73,7 +78,7 @@ const reqIDKey ctxKey = 0
 func New(d Deps) (*Server, error) {
 	s := &Server{
 		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
-		mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+		cleanup: d.Cleanup, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
 	}
 	if s.health == nil {
 		s.health = upstream.NewHealth(upstream.HealthOptions{})
@@ -103,6 +108,7 @@ func New(d Deps) (*Server, error) {
 	s.routesEvents()
 	s.routesAuditEvents()
 	s.routesCacheEntries()
+	s.routesCleanupPolicies()
 	s.mount()
 	return s, nil
 }

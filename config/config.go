@@ -58,6 +58,7 @@ type Config struct {
 	Auth      Auth      `yaml:"auth"`
 	Cache     Cache     `yaml:"cache"`
 	Metadata  Metadata  `yaml:"metadata"`
+	Cleanup   Cleanup   `yaml:"cleanup"`
 	Shutdown  Shutdown  `yaml:"shutdown"`
 	Log       Log       `yaml:"log"`
 }
@@ -251,6 +252,20 @@ type Metadata struct {
 	MemoryBytes ByteSize `yaml:"memory_bytes"`
 }
 
+// Cleanup runs the groups' cache cleanup policies (docs/api.md, "Cleanup
+// policies"; docs/operations.md, "Cache cleanup").
+type Cleanup struct {
+	// CheckInterval is how often registryd looks for policies that are due
+	// (and for runs a crash or a stop cut short, which it resumes). A policy
+	// runs at the first check after its next_run_at. Default 1m.
+	CheckInterval time.Duration `yaml:"check_interval"`
+	// BatchSize is how many cache entries one transaction of a run deletes
+	// at most (it visits at most four times as many); a run pauses after
+	// each batch for as long as the batch took, so hits and fills keep the
+	// database. Default 500.
+	BatchSize int `yaml:"batch_size"`
+}
+
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
 	// Timeout is how long in-flight requests may drain. Default 30s.
@@ -320,6 +335,7 @@ func Default() Config {
 			PartialTTL:       time.Minute,
 			MemoryBytes:      32 * MiB,
 		},
+		Cleanup:  Cleanup{CheckInterval: time.Minute, BatchSize: 500},
 		Shutdown: Shutdown{Timeout: 30 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
 	}
@@ -481,6 +497,12 @@ func (c Config) Validate() error {
 	}
 	if c.Metadata.MemoryBytes < 0 {
 		add("metadata.memory_bytes must not be negative (0 keeps no merged document), got %d", c.Metadata.MemoryBytes)
+	}
+	if c.Cleanup.CheckInterval < time.Second {
+		add("cleanup.check_interval (REGISTRYD_CLEANUP_CHECK_INTERVAL) must be at least 1s, got %s", c.Cleanup.CheckInterval)
+	}
+	if c.Cleanup.BatchSize < 1 || c.Cleanup.BatchSize > 10000 {
+		add("cleanup.batch_size (REGISTRYD_CLEANUP_BATCH_SIZE) must be between 1 and 10000, got %d", c.Cleanup.BatchSize)
 	}
 	if c.Upstreams.MaxRedirects < 0 {
 		add("upstreams.max_redirects must not be negative, got %d", c.Upstreams.MaxRedirects)

@@ -250,7 +250,7 @@ func TestEnvNamesCoverEverySetting(t *testing.T) {
 	cfg := Default()
 	want := 0
 	for _, sec := range []any{cfg.Data, cfg.Proxy, cfg.Admin, cfg.External, cfg.Upstreams, cfg.License, cfg.Features,
-		cfg.Root, cfg.Secrets, cfg.Gateway, cfg.Auth, cfg.Cache, cfg.Metadata, cfg.Shutdown, cfg.Log} {
+		cfg.Root, cfg.Secrets, cfg.Gateway, cfg.Auth, cfg.Cache, cfg.Metadata, cfg.Cleanup, cfg.Shutdown, cfg.Log} {
 		want += reflect.TypeOf(sec).NumField()
 	}
 	if len(names) != want {

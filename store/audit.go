@@ -79,6 +79,11 @@ const (
 	AuditUpstreamArtifactDenied = "virtual_registries_packages_maven_upstream_artifact_denied"
 	// AuditTargetMavenUpstream is GitLab's class name of a Maven upstream.
 	AuditTargetMavenUpstream = "VirtualRegistries::Packages::Maven::Upstream"
+	// AuditCleanupPolicyRun: a cleanup policy run ended, with its figures
+	// (scope: the policy's group; target: the policy).
+	AuditCleanupPolicyRun = "virtual_registries_cleanup_policy_run"
+	// AuditTargetCleanupPolicy is GitLab's class name of a cleanup policy.
+	AuditTargetCleanupPolicy = "VirtualRegistries::Cleanup::Policy"
 )
 
 // Length limits. Longer values are cut (never refused: a producer must not

@@ -77,6 +77,10 @@ var (
 	bktAuditByType   = []byte("audit_by_type")   // entity type code + created ms + id -> author id
 	bktAuditByEntity = []byte("audit_by_entity") // entity type code + entity id + created ms + id -> author id
 	bktAuditCounts   = []byte("audit_counts")    // see auditCountKeys -> count (uint64)
+
+	// Cleanup policies (cleanup_policies.go), with the state of a run in
+	// progress: one per top-level group.
+	bktCleanupPolicies = []byte("cleanup_policies") // group id -> CleanupPolicy
 )
 
 var allBuckets = [][]byte{
@@ -91,6 +95,7 @@ var allBuckets = [][]byte{
 	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
 	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
+	bktCleanupPolicies,
 }
 
 // Keys in the meta bucket.

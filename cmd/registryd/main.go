@@ -26,6 +26,7 @@ import (
 
 	"registryd/admin"
 	"registryd/auth"
+	"registryd/cleanup"
 	"registryd/config"
 	"registryd/proxy"
 	"registryd/proxy/upstream"
@@ -229,12 +230,20 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		}
 		return nil
 	}
-	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
-		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready})
+	// The cleanup scheduler flushes the proxy's download counts before a
+	// run, so it needs the proxy server, created below.
+	var proxySrv *proxy.Server
+	cleaner, err := cleanup.New(cleanup.Options{Store: st, Config: cfg.Cleanup, Logger: log, Registerer: reg,
+		BeforeRun: func() error { return proxySrv.FlushDownloads() }})
 	if err != nil {
 		return err
 	}
-	proxySrv, err := proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
+	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner})
+	if err != nil {
+		return err
+	}
+	proxySrv, err = proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
 		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW})
 	if err != nil {
 		return err
@@ -256,6 +265,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		go func() { errc <- servePprof(cfg.Admin.PprofListen) }()
 	}
 	proxySrv.Start()
+	cleaner.Start()
 	serving.Store(true)
 	log.Info("registryd started", "version", version, "proxy", proxyLn.Addr().String(),
 		"admin", adminLn.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName)
@@ -277,8 +287,11 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		log.Warn("proxy listener did not drain in time", "err", err)
 	}
 	// Reverse order of what depends on what: the listeners are down, so no
-	// request adds download counts; flush them, then stop the collector,
-	// and only then (deferred above) close the store.
+	// request adds download counts or starts a cleanup run; stop the
+	// cleanup runs at their batch boundary (resumed at the next start),
+	// flush the counts, then stop the collector, and only then (deferred
+	// above) close the store.
+	cleaner.Stop()
 	if err := proxySrv.StopCounting(); err != nil {
 		log.Error("flushing download counts", "err", err)
 	}

@@ -1,0 +1,440 @@
+// Package cleanup runs the groups' cache cleanup policies (GitLab's
+// virtual registry cleanup policies): every cleanup.check_interval it starts
+// the runs that are due, one after another, and resumes the runs a crash or
+// a stop cut short; admins may also start a run at once (RunNow). A run
+// deletes, batch after batch, the group's cache entries not downloaded for
+// keep_n_days_after_download days (store.CleanupRunBatch), then records its
+// figures on the policy, writes an audit event and schedules the next run.
+//
+// What a run deletes is marked for destruction exactly as an admin's delete
+// is; the proxy's collector removes the entries and their blobs. So a run is
+// index work only, in small transactions with a pause after each: hits read
+// the index without waiting for it, and fills wait at most for one batch.
+package cleanup
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/config"
+	"registryd/store"
+)
+
+// Store is what the scheduler needs of the index; *store.Store has it.
+type Store interface {
+	CleanupPolicies() ([]store.CleanupPolicy, error)
+	StartCleanupRun(group int64, how store.CleanupStart) (store.CleanupPolicy, error)
+	CleanupRunBatch(group int64, limit int) (store.CleanupBatch, error)
+	FinishCleanupRun(group int64, failure string) (store.CleanupPolicy, store.CleanupRun, error)
+	Group(id int64) (store.Group, error)
+	RecordAudit(evs ...store.AuditEvent) ([]store.AuditEvent, error)
+}
+
+// Options configure a Scheduler.
+type Options struct {
+	Store  Store
+	Config config.Cleanup
+	// Now is the clock that says which policies are due; it should be the
+	// store's (store.Options.Now). Default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Registerer receives the cleanup metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// BeforeRun, when set, runs before a run selects entries: the proxy's
+	// flush of the download counts it keeps in memory, so that a file
+	// downloaded a moment ago counts as downloaded. A failure is logged and
+	// the run goes on (the counts are at most a flush interval old).
+	BeforeRun func() error
+	// Rest is the pause after each batch, as a multiple of the time the
+	// batch took: 1 (the default) leaves the database to hits and fills at
+	// least half of the time whatever the size of the run. Negative: no
+	// pause (tests).
+	Rest float64
+}
+
+// MaxConcurrentRuns is how many runs go on at once at most (GitLab's
+// ExecutePolicyWorker capacity); more wait for a slot.
+const MaxConcurrentRuns = 2
+
+// ErrStopped refuses RunNow once the scheduler is stopping.
+var ErrStopped = errors.New("the cleanup scheduler is stopped")
+
+// failureMessage is the policy's failure_message of a run that a storage
+// error ended. The error itself goes to the log only: it may name files of
+// the data directory, which the API does not show.
+const failureMessage = "Failed to execute cleanup policy: the index could not be updated (the registryd log has the cause)"
+
+// Scheduler runs cleanup policies.
+type Scheduler struct {
+	st        Store
+	cfg       config.Cleanup
+	now       func() time.Time
+	log       *slog.Logger
+	met       *metrics
+	beforeRun func() error
+	rest      float64
+
+	mu      sync.Mutex
+	active  map[int64]bool // groups whose run this process executes (or is about to)
+	started bool
+	stopped bool
+	stop    chan struct{}
+	loop    sync.WaitGroup // the check loop
+	runs    sync.WaitGroup // runs started by RunNow
+	slots   chan struct{}
+
+	// afterBatch, set by tests, runs after each committed batch.
+	afterBatch func(store.CleanupBatch)
+}
+
+// New returns a scheduler; Start starts its checks.
+func New(o Options) (*Scheduler, error) {
+	if o.Store == nil {
+		return nil, errors.New("cleanup: no store")
+	}
+	if o.Config.CheckInterval <= 0 {
+		o.Config.CheckInterval = config.Default().Cleanup.CheckInterval
+	}
+	if o.Config.BatchSize <= 0 {
+		o.Config.BatchSize = config.Default().Cleanup.BatchSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Rest == 0 {
+		o.Rest = 1
+	}
+	met, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{st: o.Store, cfg: o.Config, now: o.Now, log: o.Logger, met: met, beforeRun: o.BeforeRun,
+		rest: max(o.Rest, 0), active: map[int64]bool{}, stop: make(chan struct{}),
+		slots: make(chan struct{}, MaxConcurrentRuns)}, nil
+}
+
+// Start checks for due policies at once (which also resumes the runs that
+// the last process left unfinished) and then every check interval, until
+// Stop.
+func (s *Scheduler) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return
+	}
+	s.started = true
+	s.loop.Add(1)
+	go func() {
+		defer s.loop.Done()
+		t := time.NewTicker(s.cfg.CheckInterval)
+		defer t.Stop()
+		for {
+			s.Tick()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop stops the checks and waits for the runs in progress to reach the end
+// of their current batch. A run stopped there stays "running" in the store,
+// with its progress, and the next start resumes it.
+func (s *Scheduler) Stop() {
+	s.mu.Lock()
+	if !s.stopped {
+		s.stopped = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
+	s.loop.Wait()
+	s.runs.Wait()
+}
+
+// Wait waits for the runs started by RunNow to end (tests, tools).
+func (s *Scheduler) Wait() { s.runs.Wait() }
+
+func (s *Scheduler) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// claim reserves the group's run for this process; false when it already
+// has it. A claim comes before the store marks the policy running, so that
+// a check seeing a running policy that nobody here claimed knows the run
+// was cut short by an earlier process.
+func (s *Scheduler) claim(group int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active[group] {
+		return false
+	}
+	s.active[group] = true
+	return true
+}
+
+func (s *Scheduler) release(group int64) {
+	s.mu.Lock()
+	delete(s.active, group)
+	s.mu.Unlock()
+}
+
+// Tick runs, one after another and before it returns, the runs a check
+// finds: the policies left running by an earlier process (resumed) and the
+// policies that are due (enabled, not running, next_run_at passed). The
+// check loop calls it; tests call it directly.
+func (s *Scheduler) Tick() {
+	policies, err := s.st.CleanupPolicies()
+	if err != nil {
+		s.log.Error("cleanup: listing the policies", "err", err)
+		return
+	}
+	now := s.now()
+	for _, p := range policies {
+		if s.stopping() {
+			return
+		}
+		var how store.CleanupStart
+		switch {
+		case p.Status == store.CleanupRunning:
+			how.Resume = true
+		case p.Runnable(now):
+			how.Due = true
+		default:
+			continue
+		}
+		if !s.claim(p.GroupID) {
+			continue // a run of this process (RunNow) has it
+		}
+		started, err := s.st.StartCleanupRun(p.GroupID, how)
+		switch {
+		case errors.Is(err, store.ErrCleanupNotDue), errors.Is(err, store.ErrCleanupRunning),
+			errors.Is(err, store.ErrNotFound):
+			// Changed since the list was read (disabled, deleted, run).
+			s.release(p.GroupID)
+			continue
+		case err != nil:
+			s.release(p.GroupID)
+			s.log.Error("cleanup: starting a run", "group", p.GroupID, "err", err)
+			continue
+		}
+		if how.Resume {
+			s.log.Info("cleanup: resuming a run cut short", "group", p.GroupID,
+				"deleted_entries", started.Run.DeletedEntries, "started_at", started.Run.StartedAt)
+		}
+		s.execute(started)
+	}
+}
+
+// RunNow starts a run of the group's policy at once, whatever its schedule
+// and its enabled switch, and returns the policy as the run starts
+// (status "running"); the run goes on in the background. A policy that is
+// running gets store.ErrCleanupRunning; no policy, a not-found error.
+func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.CleanupPolicy, error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return store.CleanupPolicy{}, ErrStopped
+	}
+	if s.active[group] {
+		s.mu.Unlock()
+		return store.CleanupPolicy{}, store.ErrCleanupRunning
+	}
+	s.active[group] = true
+	s.runs.Add(1)
+	s.mu.Unlock()
+	p, err := s.st.StartCleanupRun(group, store.CleanupStart{AuthorID: authorID, AuthorName: authorName})
+	if err != nil {
+		s.release(group)
+		s.runs.Done()
+		return p, err
+	}
+	go func() {
+		defer s.runs.Done()
+		s.execute(p)
+	}()
+	return p, nil
+}
+
+// execute carries out the started run of p and releases its claim.
+func (s *Scheduler) execute(p store.CleanupPolicy) {
+	group := p.GroupID
+	defer s.release(group)
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.stop:
+		return // still "running" in the store: the next start resumes it
+	}
+	defer func() { <-s.slots }()
+	s.met.inProgress.Inc()
+	defer s.met.inProgress.Dec()
+
+	if s.beforeRun != nil {
+		if err := s.beforeRun(); err != nil {
+			s.log.Warn("cleanup: flushing download counts before a run", "group", group, "err", err)
+		}
+	}
+	start := time.Now()
+	run := *p.Run
+	var failure error
+	for {
+		if s.stopping() {
+			s.met.runs.WithLabelValues("interrupted").Inc()
+			s.log.Info("cleanup: run stopped; the next start resumes it", "group", group,
+				"deleted_entries", run.DeletedEntries, "deleted_bytes", run.DeletedSize)
+			return
+		}
+		batchStart := time.Now()
+		b, err := s.st.CleanupRunBatch(group, s.cfg.BatchSize)
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCleanupNotRunning) {
+			s.ended(p, run, "deleted", "")
+			return
+		}
+		if err != nil {
+			failure = err
+			break
+		}
+		run = b.Run
+		s.met.entries.Add(float64(b.Entries))
+		s.met.bytes.Add(float64(b.Bytes))
+		if s.afterBatch != nil {
+			s.afterBatch(b)
+		}
+		if b.Done {
+			break
+		}
+		if rest := time.Duration(s.rest * float64(time.Since(batchStart))); rest > 0 {
+			t := time.NewTimer(rest)
+			select {
+			case <-t.C:
+			case <-s.stop:
+				t.Stop()
+			}
+		}
+	}
+	msg := ""
+	if failure != nil {
+		msg = failureMessage
+		s.log.Error("cleanup: run failed", "group", group, "err", failure,
+			"deleted_entries", run.DeletedEntries, "deleted_bytes", run.DeletedSize)
+	}
+	done, finished, err := s.st.FinishCleanupRun(group, msg)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCleanupNotRunning):
+		s.ended(p, run, "deleted", "")
+		return
+	case err != nil:
+		// Left "running": the next check resumes the run, whose batches
+		// find nothing more to delete, and records it then.
+		s.log.Error("cleanup: recording the end of a run", "group", group, "err", err)
+		return
+	}
+	outcome := "success"
+	if failure != nil {
+		outcome = "failed"
+	}
+	s.log.Info("cleanup: run finished", "group", group, "outcome", outcome, "deleted_entries", finished.DeletedEntries,
+		"deleted_bytes", finished.DeletedSize, "cutoff", finished.Cutoff, "next_run_at", done.NextRunAt,
+		"dur", time.Since(start))
+	s.ended(done, finished, outcome, done.FailureMessage)
+}
+
+// ended counts a run's end and writes its audit event.
+func (s *Scheduler) ended(p store.CleanupPolicy, run store.CleanupRun, outcome, failure string) {
+	s.met.runs.WithLabelValues(outcome).Inc()
+	ev := store.AuditEvent{
+		EventName:     store.AuditCleanupPolicyRun,
+		AuthorName:    "registryd",
+		EntityID:      p.GroupID,
+		EntityType:    store.AuditEntityGroup,
+		TargetID:      p.GroupID,
+		TargetType:    store.AuditTargetCleanupPolicy,
+		TargetDetails: "cleanup policy of group " + fmt.Sprint(p.GroupID),
+		Message:       runMessage(p, run, outcome, failure),
+	}
+	if run.Manual && run.AuthorID != 0 {
+		ev.AuthorID, ev.AuthorName, ev.AuthorClass = run.AuthorID, run.AuthorName, store.AuditAuthorClassUser
+	}
+	if g, err := s.st.Group(p.GroupID); err == nil {
+		ev.EntityPath = g.FullPath
+		ev.TargetDetails = "cleanup policy of group " + g.FullPath
+	}
+	if _, err := s.st.RecordAudit(ev); err != nil {
+		s.log.Error("cleanup: recording the audit event of a run", "group", p.GroupID, "err", err)
+	}
+}
+
+// runMessage is the audit event's message: what the run did, in figures.
+func runMessage(p store.CleanupPolicy, run store.CleanupRun, outcome, failure string) string {
+	kind := "Scheduled cleanup policy run"
+	if run.Manual {
+		kind = "Cleanup policy run asked for by " + run.AuthorName
+	}
+	figures := fmt.Sprintf("deleted %d cache entries (%d bytes) last downloaded before %s",
+		run.DeletedEntries, run.DeletedSize, run.Cutoff.UTC().Format("2006-01-02T15:04:05.000Z"))
+	if run.Resumed > 0 {
+		figures += fmt.Sprintf(", resumed %d times after an interruption", run.Resumed)
+	}
+	switch outcome {
+	case "success":
+		return fmt.Sprintf("%s: %s; next run at %s", kind, figures, p.NextRunAt.UTC().Format("2006-01-02T15:04:05.000Z"))
+	case "deleted":
+		return fmt.Sprintf("%s stopped, the policy was deleted: %s", kind, figures)
+	}
+	return fmt.Sprintf("%s failed: %s; %s", kind, figures, failure)
+}
+
+// metrics of the cleanup runs.
+type metrics struct {
+	runs       *prometheus.CounterVec
+	entries    prometheus.Counter
+	bytes      prometheus.Counter
+	inProgress prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "registryd", Subsystem: "cleanup", Name: "runs_total",
+			Help: "Cleanup policy runs by outcome: success, failed, interrupted (stopped, resumed at the next start), deleted (the policy was deleted during the run).",
+		}, []string{"outcome"}),
+		entries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "registryd", Subsystem: "cleanup", Name: "deleted_entries_total",
+			Help: "Cache entries deleted by cleanup policy runs (marked for destruction; the collector removes them).",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "registryd", Subsystem: "cleanup", Name: "deleted_bytes_total",
+			Help: "Size of the cache entries deleted by cleanup policy runs.",
+		}),
+		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "registryd", Subsystem: "cleanup", Name: "runs_in_progress",
+			Help: "Cleanup policy runs in progress.",
+		}),
+	}
+	for _, o := range []string{"success", "failed", "interrupted", "deleted"} {
+		m.runs.WithLabelValues(o)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.runs, m.entries, m.bytes, m.inProgress} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
