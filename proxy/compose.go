@@ -239,11 +239,7 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 		in.until(now.Add(s.cfg.Metadata.PartialTTL))
 		return true
 	}
-	if s.refusedFor(up, rel) != nil {
-		return staleCopy()
-	}
-	if !s.health.Available(up.id) {
-		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
+	if s.keepStale(up, rel) {
 		return staleCopy()
 	}
 	f, _ := s.join(up, rel, e.ETag, true, seen)
@@ -279,29 +275,21 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 // fetchDoc handles an upstream without an entry for the document; false
 // means look again.
 func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool {
-	up, now := in.up, s.now()
-	if mark, ok := s.marks.recall(s.st, up.id, rel, now); ok {
-		if mark.refused != nil {
-			in.err = mark.refused
-		} else {
-			s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
-			in.err = errRememberedAbsent
+	now := s.now()
+	t := s.askFor(in.up, rel, seen)
+	if t.err != nil {
+		in.err = t.err
+		if t.until.IsZero() {
+			t.until = now.Add(s.cfg.Metadata.PartialTTL)
 		}
-		in.until(mark.until)
+		in.until(t.until)
 		return true
 	}
-	if !s.health.Available(up.id) {
-		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
-		in.err = s.unavailable(up.id)
-		in.until(now.Add(s.cfg.Metadata.PartialTTL))
-		return true
-	}
-	f, _ := s.join(up, rel, "", false, seen)
+	f := t.f
 	if f == nil {
 		return false
 	}
 	in.fetched = true
-	<-f.ready
 	switch f.kind {
 	case flightStreaming:
 		return s.flightDoc(in, f)
@@ -419,6 +407,10 @@ type composedView struct {
 	lastMod string
 	merge   string
 	up      int64 // the one contributing upstream of a single answer
+	// Rendered once: X-Registryd-Merge ("" for a single document),
+	// Content-Disposition, and the merges_total counter of the outcome.
+	mergeHdr, disposition string
+	merges                prometheus.Counter
 	// digests of body, hex
 	sha1, md5, sha256, sha512 string
 	contributors              []contributor     // whose entries count a download
@@ -562,6 +554,12 @@ func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *compo
 		}
 	}
 	v.lastMod = string(fasthttp.AppendHTTPDate(nil, newest))
+	if v.merge != mergeSingle {
+		v.mergeHdr = mergeHeader(v)
+	}
+	p := x.path.EntryRel()
+	v.disposition = dispositionStart + p[strings.LastIndexByte(p, '/')+1:] + `"`
+	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), v.merge)
 	return v, nil
 }
 
@@ -713,10 +711,10 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	if v.merge == mergePartial {
 		x.miss = &missError{failures: v.failures}
 	}
-	s.met.merges.WithLabelValues(idLabel(x.reg.id), v.merge).Inc()
+	v.merges.Inc()
 	h := &ctx.Response.Header
-	if v.merge != mergeSingle {
-		h.SetCanonical(hdrMerge, s2b(mergeHeader(v)))
+	if v.mergeHdr != "" {
+		h.SetCanonical(hdrMerge, s2b(v.mergeHdr))
 	}
 	if p.Kind == maven.Checksum {
 		s.writeDigest(x, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
@@ -728,7 +726,7 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	h.SetContentType(v.ctype)
 	h.SetCanonical(hdrETag, s2b(v.etag))
 	h.SetCanonical(hdrLastModified, s2b(v.lastMod))
-	h.SetCanonical(hdrDisposition, s2b(dispositionStart+p.File+`"`))
+	h.SetCanonical(hdrDisposition, s2b(v.disposition))
 	h.SetCanonical(hdrChecksumSHA1, s2b(v.sha1))
 	h.SetCanonical(hdrChecksumMD5, s2b(v.md5))
 	h.SetCanonical(hdrNosniff, valNosniff)

@@ -395,12 +395,7 @@ func (s *Server) resolveOnce(x *exchange, gen, seen uint64) error {
 func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) error {
 	rel := x.path.EntryRel()
 	x.up = v.up.id
-	if s.refusedFor(v.up, rel) != nil {
-		x.res = resStale
-		return s.serveEntryOrMiss(x, v)
-	}
-	if !s.health.Available(v.up.id) {
-		s.met.skipped.WithLabelValues(v.up.label, skipUnhealthy).Inc()
+	if s.keepStale(v.up, rel) {
 		x.res = resStale
 		return s.serveEntryOrMiss(x, v)
 	}
@@ -451,6 +446,50 @@ func (s *Server) serveEntryOrMiss(x *exchange, v *entryView) error {
 	return err
 }
 
+// keepStale reports whether a stale entry of up is served as it is, without
+// asking up: its last answer for rel was refused lately, or it is unhealthy.
+func (s *Server) keepStale(up *upstreamView, rel string) bool {
+	if s.refusedFor(up, rel) != nil {
+		return true
+	}
+	if !s.health.Available(up.id) {
+		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
+		return true
+	}
+	return false
+}
+
+// turn is one upstream's turn for a file it holds no entry of: why it is
+// not asked (err: remembered absent or refused until until, or unhealthy),
+// or the flight for the file, joined or started, its outcome decided. f
+// and err both nil: the cache changed since the lookup (see join).
+type turn struct {
+	f      *flight
+	joined bool
+	err    error
+	until  time.Time
+}
+
+// askFor takes up's turn for rel (see turn).
+func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
+	if mark, ok := s.marks.recall(s.st, up.id, rel, s.now()); ok {
+		if mark.refused != nil {
+			return turn{err: mark.refused, until: mark.until}
+		}
+		s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
+		return turn{err: errRememberedAbsent, until: mark.until}
+	}
+	if !s.health.Available(up.id) {
+		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
+		return turn{err: s.unavailable(up.id)}
+	}
+	f, joined := s.join(up, rel, "", false, seen)
+	if f != nil {
+		<-f.ready
+	}
+	return turn{f: f, joined: joined}
+}
+
 // Reasons of registryd_upstream_skipped_total.
 const (
 	skipUnhealthy = "unhealthy"
@@ -471,7 +510,6 @@ const (
 // is an upstream already known not to have the file (0 for none).
 func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 	rel := x.path.EntryRel()
-	now := s.now()
 	x.res = resMiss
 	failures := x.denied
 	asked := false
@@ -479,26 +517,16 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		if up.id == skip {
 			continue
 		}
-		if mark, ok := s.marks.recall(s.st, up.id, rel, now); ok {
-			err := mark.refused
-			if err == nil {
-				s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
-				err = errRememberedAbsent
-			}
-			failures = append(failures, upstreamFailure{upstream: up.id, err: err})
+		t := s.askFor(up, rel, seen)
+		if t.err != nil {
+			failures = append(failures, upstreamFailure{upstream: up.id, err: t.err})
 			continue
 		}
-		if !s.health.Available(up.id) {
-			s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
-			failures = append(failures, upstreamFailure{upstream: up.id, err: s.unavailable(up.id)})
-			continue
-		}
-		f, joined := s.join(up, rel, "", false, seen)
+		f, joined := t.f, t.joined
 		if f == nil {
 			return errLookAgain
 		}
 		asked = true
-		<-f.ready
 		switch f.kind {
 		case flightStreaming:
 			if joined {
