@@ -112,6 +112,7 @@ type Server struct {
 	fillStop  context.CancelFunc
 
 	downloads *downloadCounter
+	disk      *diskState // a full data volume: counted and logged (passthrough.go)
 
 	// onJoin, when set (by tests), runs whenever a request joins a flight.
 	onJoin func()
@@ -189,6 +190,9 @@ func New(d Deps) (*Server, error) {
 		negatives: s.marks.len,
 	})
 	if err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: d.Config.Proxy.ReadTimeout}
