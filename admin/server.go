@@ -45,6 +45,9 @@ type Deps struct {
 	Gatherer   prometheus.Gatherer
 	// Ready reports why registryd is not ready, or nil when it is.
 	Ready func() error
+	// Disk reports whether fills write to the cache (the data volume has
+	// room), for the body of /-/readiness; nil leaves it out.
+	Disk func() store.DiskStatus
 }
 
 // Server is the admin HTTP handler.
@@ -56,6 +59,7 @@ type Server struct {
 	health *upstream.Health
 	log    *slog.Logger
 	ready  func() error
+	disk   func() store.DiskStatus
 	mux    *http.ServeMux
 	met    *metrics
 
@@ -73,7 +77,8 @@ const reqIDKey ctxKey = 0
 func New(d Deps) (*Server, error) {
 	s := &Server{
 		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
-		mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+		disk: d.Disk,
+		mux:  http.NewServeMux(), routes: map[string]map[string]handler{},
 	}
 	if s.health == nil {
 		s.health = upstream.NewHealth(upstream.HealthOptions{})

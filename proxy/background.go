@@ -157,7 +157,11 @@ func (s *Server) collector(stop, done chan struct{}) {
 		case <-s.st.CollectWanted():
 		}
 		if _, err := s.collect(stop); err != nil {
-			s.log.Error("collecting cache entries", "err", err)
+			if store.IsDiskFull(err) {
+				s.backgroundFailed("collecting cache entries", err)
+			} else {
+				s.log.Error("collecting cache entries", "err", err)
+			}
 		}
 	}
 }
@@ -176,7 +180,7 @@ func (s *Server) Start() {
 	s.collectorStop, s.collectorDone = make(chan struct{}), make(chan struct{})
 	go s.every(s.cfg.Cache.FlushInterval, s.flusherStop, s.flusherDone, func() {
 		if err := s.FlushDownloads(); err != nil {
-			s.log.Warn("flushing download counts", "err", err)
+			s.backgroundFailed("flushing download counts", err)
 		}
 	})
 	go s.collector(s.collectorStop, s.collectorDone)

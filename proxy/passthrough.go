@@ -432,6 +432,9 @@ type diskState struct {
 	mu       sync.Mutex
 	warnedAt time.Time // of the last warning; zero once fills cache again
 	quiet    int       // failures since that warning
+	// indexWarned is when each kind of background index write (download
+	// counts, collector) last logged a failure for want of space.
+	indexWarned map[string]time.Time
 }
 
 func (d *diskState) hold(n int64) {
@@ -535,4 +538,29 @@ func (s *Server) diskOK() {
 	if was {
 		s.log.Info("the data volume has room again: fills are cached")
 	}
+}
+
+// backgroundFailed logs a failed background write (what: "flushing download
+// counts", "collecting cache entries"): at once, unless it failed for want
+// of space, which is logged once per diskLogEvery for each kind, since it
+// fails again at every period until the volume has room.
+func (s *Server) backgroundFailed(what string, err error) {
+	if !store.IsDiskFull(err) {
+		s.log.Warn(what, "err", err)
+		return
+	}
+	d := s.disk
+	now := time.Now()
+	d.mu.Lock()
+	last, ok := d.indexWarned[what]
+	if ok && now.Sub(last) < diskLogEvery {
+		d.mu.Unlock()
+		return
+	}
+	if d.indexWarned == nil {
+		d.indexWarned = map[string]time.Time{}
+	}
+	d.indexWarned[what] = now
+	d.mu.Unlock()
+	s.log.Warn(what+": the data volume is full (logged once a minute while it lasts)", "err", err)
 }

@@ -230,7 +230,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		return nil
 	}
 	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
-		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready})
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Disk: blobs.DiskStatus})
 	if err != nil {
 		return err
 	}
