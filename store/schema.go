@@ -77,6 +77,11 @@ var (
 	bktAuditByType   = []byte("audit_by_type")   // entity type code + created ms + id -> author id
 	bktAuditByEntity = []byte("audit_by_entity") // entity type code + entity id + created ms + id -> author id
 	bktAuditCounts   = []byte("audit_counts")    // see auditCountKeys -> count (uint64)
+
+	// Live entries least recently used first, for eviction (cache_use.go):
+	// last use ms (downloaded_at, else created_at) + upstream id + relative
+	// path -> nil.
+	bktCacheByUse = []byte("cache_by_use")
 )
 
 var allBuckets = [][]byte{
@@ -91,6 +96,7 @@ var allBuckets = [][]byte{
 	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
 	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
+	bktCacheByUse,
 }
 
 // Keys in the meta bucket.
@@ -98,6 +104,10 @@ var (
 	metaSchemaVersion = []byte("schema_version")
 	metaInitialized   = []byte("initialized")
 	metaKeyCheck      = []byte("key_check") // a known value sealed with the secret key
+	// cache_by_use is complete once this is set; until then metaUseNext is
+	// the cache_entries key its build resumes at (cache_use.go).
+	metaUseBuilt = []byte("cache_by_use_built")
+	metaUseNext  = []byte("cache_by_use_next")
 )
 
 // schemaVersion is written on every open; an older registryd refuses a
@@ -143,6 +153,20 @@ func cacheTimeKey(upstreamID int64, created time.Time, rel string) []byte {
 	binary.BigEndian.PutUint64(k, uint64(upstreamID))
 	binary.BigEndian.PutUint64(k[8:], ^uint64(created.UnixMilli()))
 	copy(k[16:], rel)
+	return k
+}
+
+// cacheUseKey orders live entries least recently used first: the last use
+// in milliseconds (downloaded_at, else created_at), then upstream id and path.
+func cacheUseKey(e *CacheEntry) []byte {
+	use := e.CreatedAt
+	if e.DownloadedAt != nil {
+		use = *e.DownloadedAt
+	}
+	k := make([]byte, 16+len(e.RelativePath))
+	binary.BigEndian.PutUint64(k, uint64(max(0, use.UnixMilli())))
+	binary.BigEndian.PutUint64(k[8:], uint64(e.UpstreamID))
+	copy(k[16:], e.RelativePath)
 	return k
 }
 

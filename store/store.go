@@ -46,6 +46,8 @@ type Store struct {
 	// collect receives a value (never blocking, buffer 1) after a commit
 	// that gave the collector work; see CollectWanted.
 	collect chan struct{}
+	// useBuilt caches that cache_by_use is complete (cache_use.go).
+	useBuilt atomic.Bool
 }
 
 // ErrLocked means another process holds the database.
