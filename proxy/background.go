@@ -112,7 +112,9 @@ func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
 	s.met.collectorRuns.Inc()
 	for {
 		start := time.Now()
+		s.collectMu.Lock()
 		r, err := s.blobs.Collect(s.st, collectBatch)
+		s.collectMu.Unlock()
 		total.Entries += r.Entries
 		total.BlobsRemoved += r.BlobsRemoved
 		total.BytesFreed += r.BytesFreed
@@ -167,9 +169,9 @@ func (s *Server) collector(stop, done chan struct{}) {
 }
 
 // Start runs the background work: the download-count flusher (every
-// cache.flush_interval) and the collector (every cache.collect_interval, and
+// cache.flush_interval), the collector (every cache.collect_interval, and
 // at once after a delete or purge; a purge left by a crash is resumed at the
-// first period).
+// first period) and the evictor (evict.go).
 func (s *Server) Start() {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
@@ -184,6 +186,7 @@ func (s *Server) Start() {
 		}
 	})
 	go s.collector(s.collectorStop, s.collectorDone)
+	s.startEvictor()
 	s.audit.start()
 }
 
@@ -217,8 +220,12 @@ func (s *Server) StopCounting() error {
 	return s.FlushDownloads()
 }
 
-// StopCollector stops the collector and waits for a run in progress.
+// StopCollector stops the evictor and the collector and waits for runs in
+// progress.
 func (s *Server) StopCollector() {
+	s.bgMu.Lock()
+	s.stopEvictor()
+	s.bgMu.Unlock()
 	s.bgMu.Lock()
 	stop, done := s.collectorStop, s.collectorDone
 	s.collectorStop = nil

@@ -112,7 +112,12 @@ type Server struct {
 	fillStop  context.CancelFunc
 
 	downloads *downloadCounter
-	disk      *diskState // a full data volume: counted and logged (passthrough.go)
+	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
+	ev        *evictState // eviction under the disk budget (evict.go)
+	// collectMu serialises collector batches: eviction measures what was
+	// freed once its batch returns, which must include a batch a
+	// concurrent run took.
+	collectMu sync.Mutex
 
 	// onJoin, when set (by tests), runs whenever a request joins a flight.
 	onJoin func()
@@ -193,6 +198,9 @@ func New(d Deps) (*Server, error) {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.ev, err = newEvictState(d.Registerer, int64(d.Config.Cache.MaxBytes), d.Config.Cache.MinFreeFraction); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: d.Config.Proxy.ReadTimeout}

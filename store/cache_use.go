@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -105,7 +106,11 @@ func (s *Store) BuildUseIndex(batch int) (done bool, err error) {
 // Evicted is what one EvictLeastUsed batch marked for destruction.
 type Evicted struct {
 	Entries int
-	Bytes   int64 // the sizes of the entries; their blobs may be shared
+	Bytes   int64 // the sizes of the entries
+	// Freed is the size of the blobs that no entry refers to once these are
+	// destroyed: what the collector will remove (a blob shared with an
+	// entry that stays is not freed).
+	Freed int64
 	// Oldest and Newest are the last uses of the first and last entry
 	// evicted.
 	Oldest, Newest time.Time
@@ -118,8 +123,8 @@ type Evicted struct {
 const evictScanFactor = 4
 
 // EvictLeastUsed marks for destruction, in one transaction, the entries used
-// least recently, up to limit of them and until their sizes add up to goal
-// bytes. As a delete does: they vanish from lookups at the commit, and the
+// least recently, up to limit of them and until the blobs they free add up
+// to goal bytes. As a delete does: they vanish from lookups at the commit, and the
 // collector destroys them and removes the blobs that lost their last
 // reference (a blob a request is streaming stays readable through its open
 // descriptor). It needs the complete index (UseIndexReady).
@@ -135,9 +140,11 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 		}
 		var victims []victim
 		var stale [][]byte
+		refs := tx.Bucket(bktBlobRefs)
+		shared := map[string]int64{} // victims per blob
 		visits := evictScanFactor * limit
 		c := use.Cursor()
-		for k, _ := c.First(); k != nil && len(victims) < limit && out.Bytes < goal && visits > 0; k, _ = c.Next() {
+		for k, _ := c.First(); k != nil && len(victims) < limit && out.Freed < goal && visits > 0; k, _ = c.Next() {
 			visits--
 			if len(k) < 16 {
 				stale = append(stale, slices.Clone(k))
@@ -156,6 +163,15 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 			}
 			victims = append(victims, victim{key, e})
 			out.Bytes += e.Size
+			shared[e.SHA256]++
+			if v := refs.Get([]byte(e.SHA256)); v != nil && btoi(v) == shared[e.SHA256] {
+				out.Freed += e.Size
+			}
+		}
+		if len(victims) == 0 && len(stale) == 0 {
+			// Nothing to write: no commit, and the cache generation
+			// stays (the proxy's lookups stay cached).
+			return errNothingToEvict
 		}
 		for _, k := range stale {
 			if err := use.Delete(k); err != nil {
@@ -179,11 +195,16 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 		out.Entries = len(victims)
 		return nil
 	})
+	if err == errNothingToEvict {
+		return Evicted{}, nil
+	}
 	if err != nil {
 		return Evicted{}, err
 	}
 	return out, nil
 }
+
+var errNothingToEvict = errors.New("nothing to evict")
 
 // getJSONRaw decodes a record read by a cursor, as getJSON does.
 func getJSONRaw(key, raw []byte, v any) {

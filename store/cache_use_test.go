@@ -165,11 +165,13 @@ func TestEvictLeastUsed(t *testing.T) {
 		return tx.Bucket(bktCacheByUse).Put(append(k, "/ghost.jar"...), nil)
 	}))
 	gen := s.CacheGeneration()
-	ev := ok(s.EvictLeastUsed(100, 150))(t) // two entries reach 150 bytes
-	if ev.Entries != 2 || ev.Bytes != 200 || s.CacheGeneration() == gen {
+	// 150 bytes to free: lib1 frees nothing (its blob is shared), lib2
+	// and lib3 free 100 each.
+	ev := ok(s.EvictLeastUsed(100, 150))(t)
+	if ev.Entries != 3 || ev.Bytes != 300 || ev.Freed != 200 || s.CacheGeneration() == gen {
 		t.Fatalf("evicted %+v", ev)
 	}
-	for i, gone := range []bool{false, true, true, false, false, false} {
+	for i, gone := range []bool{false, true, true, true, false, false} {
 		if _, err := s.CacheEntry(f.big, purgePath(i)); (err != nil) != gone {
 			t.Fatalf("lib%d: %v, want gone %v", i, err, gone)
 		}
@@ -178,10 +180,10 @@ func TestEvictLeastUsed(t *testing.T) {
 		t.Fatal("the stale key is still there")
 	}
 	wantUseIndex(t, s)
-	// Pending, not destroyed: the collector reports the blob of lib2 only,
-	// lib1's being shared.
+	// Pending, not destroyed: the collector reports the blobs of lib2 and
+	// lib3, lib1's being shared.
 	col := ok(s.CollectPending(100))(t)
-	if col.Entries != 2 || fmt.Sprint(col.Unreferenced) != fmt.Sprint([]string{purgeSHA(2)}) {
+	if col.Entries != 3 || fmt.Sprint(col.Unreferenced) != fmt.Sprint([]string{purgeSHA(2), purgeSHA(3)}) {
 		t.Fatalf("collected %+v", col)
 	}
 
@@ -192,13 +194,13 @@ func TestEvictLeastUsed(t *testing.T) {
 	if ev.Entries != 2 {
 		t.Fatalf("evicted %+v", ev)
 	}
-	for _, i := range []int{3, 4} {
+	for _, i := range []int{4, 5} {
 		if _, err := s.CacheEntry(f.big, purgePath(i)); err == nil {
 			t.Fatalf("lib%d not evicted", i)
 		}
 	}
 	ev = ok(s.EvictLeastUsed(100, 1<<40))(t)
-	if ev.Entries != 2 { // lib5 and lib0; the purged entry is not counted
+	if ev.Entries != 1 { // lib0; the purged entry is not counted
 		t.Fatalf("evicted %+v", ev)
 	}
 	if ev = ok(s.EvictLeastUsed(100, 1<<40))(t); ev.Entries != 0 {

@@ -167,6 +167,16 @@ func (b *Blobs) Space() (Space, error) {
 	return d.space, d.statErr
 }
 
+// SpaceNow is Space read afresh: for eviction, which must see the space
+// its own last run freed.
+func (b *Blobs) SpaceNow() (Space, error) {
+	d := &b.disk
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.refreshLocked(true)
+	return d.space, d.statErr
+}
+
 // Reserve asks for room for a new blob of size bytes (-1: unknown). ok is
 // false when the fill should not write to the cache: the volume is below
 // its reserve, a write failed for want of space moments ago, or the file
