@@ -68,6 +68,11 @@ func (d *downloadCounter) take() []store.DownloadCount {
 // FlushDownloads writes the accumulated download counts now. A failed write
 // puts the batch back, so the counts are not lost to a transient error.
 func (s *Server) FlushDownloads() error {
+	// One flush at a time: eviction flushes before it picks the least
+	// recently used entries, and must not run while the periodic flush
+	// holds the latest counts on their way to the index.
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	batch := s.downloads.take()
 	if len(batch) == 0 {
 		return nil

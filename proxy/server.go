@@ -118,6 +118,7 @@ type Server struct {
 	// freed once its batch returns, which must include a batch a
 	// concurrent run took.
 	collectMu sync.Mutex
+	flushMu   sync.Mutex // one download-count flush at a time
 
 	// onJoin, when set (by tests), runs whenever a request joins a flight.
 	onJoin func()

@@ -123,6 +123,10 @@ func Open(dir string, o Options) (*Store, error) {
 		} else if err := meta.Put(metaKeyCheck, s.seal(keyCheck)); err != nil {
 			return err
 		}
+		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) == schemaVersion {
+			// Nothing to write: a start on a full volume needs no new page.
+			return nil
+		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {
 		db.Close()
