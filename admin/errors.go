@@ -44,6 +44,9 @@ var (
 	errGroupNotFound = message(http.StatusNotFound, "404 Group Not Found")
 	errRouteNotFound = &httpError{status: http.StatusNotFound, body: map[string]any{"error": "404 Not Found"}}
 	errTooLarge      = message(http.StatusRequestEntityTooLarge, "413 Request Entity Too Large")
+	// errInsufficientStorage answers a write that failed because the data
+	// volume is full (store.IsDiskFull): nothing was changed.
+	errInsufficientStorage = message(http.StatusInsufficientStorage, "507 Insufficient Storage - the data volume is full")
 )
 
 func insufficientScope(scopes string) *httpError {
@@ -74,6 +77,10 @@ func toHTTP(err error) *httpError {
 		return he
 	case errors.As(err, &mbe):
 		return errTooLarge
+	case store.IsDiskFull(err):
+		// A write that the data volume could not take (an index commit,
+		// mostly): the admin's to fix, not a bug of ours.
+		return errInsufficientStorage
 	case errors.As(err, &ve):
 		return &httpError{status: http.StatusBadRequest, body: map[string]any{"message": ve.Fields}}
 	case errors.Is(err, store.ErrNotTopLevel):

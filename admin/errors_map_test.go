@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 
 	"registryd/config"
@@ -36,6 +38,10 @@ func TestToHTTP(t *testing.T) {
 		{"body too large", &http.MaxBytesError{Limit: 10}, 413, `{"message":"413 Request Entity Too Large"}`},
 		{"parameter error", paramError("name is missing"), 400, `{"error":"name is missing"}`},
 		{"wrapped http error", fmt.Errorf("x: %w", errForbidden), 403, `{"message":"403 Forbidden"}`},
+		// bbolt returns a commit's write error as is: a *PathError.
+		{"index commit on a full volume", fmt.Errorf("store: %w", &fs.PathError{Op: "write", Path: "registry.db", Err: syscall.ENOSPC}),
+			507, `{"message":"507 Insufficient Storage - the data volume is full"}`},
+		{"quota", syscall.EDQUOT, 507, `{"message":"507 Insufficient Storage - the data volume is full"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,7 +22,18 @@ func (s *Server) routesHealth(g prometheus.Gatherer) {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "message": err.Error()})
 			return nil
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		// Ready for hits even when the data volume is full: misses are
+		// then served uncached. The body says so, for operators.
+		body := map[string]any{"status": "ok"}
+		if s.disk != nil {
+			st := s.disk()
+			cache := map[string]any{"filling": st.Filling}
+			if !st.Filling {
+				cache["reason"] = st.Reason
+			}
+			body["cache"] = cache
+		}
+		writeJSON(w, http.StatusOK, body)
 		return nil
 	})
 	if g != nil {

@@ -48,6 +48,9 @@ type Deps struct {
 	// Cleanup starts cleanup policy runs at once (run now); nil: that
 	// endpoint answers 503.
 	Cleanup CleanupRunner
+	// Disk reports whether fills write to the cache (the data volume has
+	// room), for the body of /-/readiness; nil leaves it out.
+	Disk func() store.DiskStatus
 }
 
 // Server is the admin HTTP handler.
@@ -59,6 +62,7 @@ type Server struct {
 	health *upstream.Health
 	log    *slog.Logger
 	ready  func() error
+	disk   func() store.DiskStatus
 	mux    *http.ServeMux
 	met    *metrics
 
@@ -78,7 +82,7 @@ const reqIDKey ctxKey = 0
 func New(d Deps) (*Server, error) {
 	s := &Server{
 		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
-		cleanup: d.Cleanup, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+		cleanup: d.Cleanup, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
 	}
 	if s.health == nil {
 		s.health = upstream.NewHealth(upstream.HealthOptions{})

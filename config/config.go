@@ -234,6 +234,14 @@ type Cache struct {
 	MemoryBytes ByteSize `yaml:"memory_bytes"`
 	// MemoryMaxFileBytes is the largest file kept in memory. Default 64KiB.
 	MemoryMaxFileBytes ByteSize `yaml:"memory_max_file_bytes"`
+	// MaxBytes is the disk budget of the cached files (the blob store):
+	// past it, entries are evicted least recently downloaded first until
+	// the blobs take 90% of it. 0 sets no budget. Default 0.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MinFreeFraction is the share of the data volume kept free: below it,
+	// entries are evicted least recently downloaded first until 2 points
+	// more of the volume are free. 0 turns it off; at most 0.5. Default 0.05.
+	MinFreeFraction float64 `yaml:"min_free_fraction"`
 }
 
 // Metadata is how a registry answers maven-metadata.xml and
@@ -329,6 +337,7 @@ func Default() Config {
 			FlushInterval:      time.Second,
 			MemoryBytes:        32 * MiB,
 			MemoryMaxFileBytes: 64 * KiB,
+			MinFreeFraction:    0.05,
 		},
 		Metadata: Metadata{
 			MaxDocumentBytes: 16 * MiB,
@@ -460,6 +469,12 @@ func (c Config) Validate() error {
 	}
 	if c.Cache.MemoryBytes < 0 || c.Cache.MemoryMaxFileBytes < 0 {
 		add("cache.memory_bytes and cache.memory_max_file_bytes must not be negative")
+	}
+	if c.Cache.MaxBytes < 0 {
+		add("cache.max_bytes must not be negative (0 sets no budget), got %d", c.Cache.MaxBytes)
+	}
+	if !(c.Cache.MinFreeFraction >= 0 && c.Cache.MinFreeFraction <= 0.5) {
+		add("cache.min_free_fraction must be between 0 (off) and 0.5, got %v", c.Cache.MinFreeFraction)
 	}
 	if c.Admin.MaxSBOMIngests < 1 {
 		add("admin.max_sbom_ingests must be at least 1, got %d", c.Admin.MaxSBOMIngests)

@@ -501,3 +501,29 @@ func TestAccessLogSettings(t *testing.T) {
 		t.Fatalf("a non-boolean switch: %v", err)
 	}
 }
+
+func TestDiskBudgetSettings(t *testing.T) {
+	if cfg := Default(); cfg.Cache.MaxBytes != 0 || cfg.Cache.MinFreeFraction != 0.05 {
+		t.Fatalf("defaults: max_bytes %d, min_free_fraction %v", cfg.Cache.MaxBytes, cfg.Cache.MinFreeFraction)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_CACHE_MAX_BYTES=200GiB", "REGISTRYD_CACHE_MIN_FREE_FRACTION=0.1"})
+	if err != nil || cfg.Cache.MaxBytes != 200*GiB || cfg.Cache.MinFreeFraction != 0.1 {
+		t.Fatalf("from the environment: %v, %+v", err, cfg.Cache)
+	}
+	cfg, err = Load(writeFile(t, "cache:\n  max_bytes: 1TiB\n  min_free_fraction: 0\n"), nil)
+	if err != nil || cfg.Cache.MaxBytes != TiB || cfg.Cache.MinFreeFraction != 0 {
+		t.Fatalf("from a file: %v, %+v", err, cfg.Cache)
+	}
+	if _, err := Load("", []string{"REGISTRYD_CACHE_MIN_FREE_FRACTION=five"}); err == nil ||
+		!strings.Contains(err.Error(), "REGISTRYD_CACHE_MIN_FREE_FRACTION") {
+		t.Fatalf("not a number: %v", err)
+	}
+	for _, bad := range []float64{-0.01, 0.51, 1} {
+		cfg := Default()
+		cfg.Cache.MinFreeFraction = bad
+		wantProblems(t, cfg.Validate(), "cache.min_free_fraction must be between 0 (off) and 0.5")
+	}
+	cfg = Default()
+	cfg.Cache.MaxBytes = -1
+	wantProblems(t, cfg.Validate(), "cache.max_bytes must not be negative")
+}

@@ -96,6 +96,12 @@ func setValue(f reflect.Value, s string) error {
 			return fmt.Errorf("%q is not an integer", s)
 		}
 		f.SetInt(n)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", s)
+		}
+		f.SetFloat(x)
 	default:
 		return fmt.Errorf("unsupported setting type %s", f.Type())
 	}

@@ -134,13 +134,13 @@ func TestSecondInstanceFailsFast(t *testing.T) {
 		t.Fatal("the second instance said it started")
 	}
 	// The first one is unharmed.
-	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 200, `{"status":"ok"}`)
+	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 200, `{"status":"ok","cache":{"filling":true}}`)
 	d.Do("GET", "/user", rootToken, nil).Expect(t, 200)
 }
 
 func TestHealthEndpoints(t *testing.T) {
 	d := Start(t, nil)
-	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 200, `{"status":"ok"}`)
+	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 200, `{"status":"ok","cache":{"filling":true}}`)
 	wantResp(t, d.Do("GET", "/-/liveness", "", nil), 200, `{"status":"ok"}`)
 	r := d.Do("GET", "/-/health", "", nil).Expect(t, 200)
 	if string(r.Body) != "GitLab OK\n" {

@@ -72,6 +72,7 @@ type Daemon struct {
 	Admin   string // http://127.0.0.1:port
 	Proxy   string // http://127.0.0.1:port
 	cmd     *exec.Cmd
+	wrap    []string // a command that runs the binary (StartWrapped)
 	logs    *syncBuffer
 	exited  chan struct{}
 	exitErr error
@@ -98,7 +99,14 @@ func (s *syncBuffer) String() string {
 // kernel, the root token above, local upstreams allowed, plus env.
 func Start(t testing.TB, env map[string]string) *Daemon {
 	t.Helper()
-	d := &Daemon{t: t, DataDir: t.TempDir(), Env: map[string]string{
+	return StartWrapped(t, env)
+}
+
+// StartWrapped is Start with the daemon run by a wrapper command: wrap,
+// then the binary and "serve" as its last arguments.
+func StartWrapped(t testing.TB, env map[string]string, wrap ...string) *Daemon {
+	t.Helper()
+	d := &Daemon{t: t, DataDir: t.TempDir(), wrap: wrap, Env: map[string]string{
 		"REGISTRYD_PROXY_LISTEN":                  "127.0.0.1:0",
 		"REGISTRYD_ADMIN_LISTEN":                  "127.0.0.1:0",
 		"REGISTRYD_ROOT_TOKEN":                    rootToken,
@@ -120,7 +128,8 @@ func Start(t testing.TB, env map[string]string) *Daemon {
 
 func (d *Daemon) start() {
 	d.t.Helper()
-	cmd := exec.Command(binary, "serve")
+	args := append(append([]string{}, d.wrap...), binary, "serve")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REGISTRYD_DATA_DIR=" + d.DataDir}
 	for k, v := range d.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)

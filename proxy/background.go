@@ -68,6 +68,11 @@ func (d *downloadCounter) take() []store.DownloadCount {
 // FlushDownloads writes the accumulated download counts now. A failed write
 // puts the batch back, so the counts are not lost to a transient error.
 func (s *Server) FlushDownloads() error {
+	// One flush at a time: eviction flushes before it picks the least
+	// recently used entries, and must not run while the periodic flush
+	// holds the latest counts on their way to the index.
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	batch := s.downloads.take()
 	if len(batch) == 0 {
 		return nil
@@ -112,7 +117,9 @@ func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
 	s.met.collectorRuns.Inc()
 	for {
 		start := time.Now()
+		s.collectMu.Lock()
 		r, err := s.blobs.Collect(s.st, collectBatch)
+		s.collectMu.Unlock()
 		total.Entries += r.Entries
 		total.BlobsRemoved += r.BlobsRemoved
 		total.BytesFreed += r.BytesFreed
@@ -157,15 +164,19 @@ func (s *Server) collector(stop, done chan struct{}) {
 		case <-s.st.CollectWanted():
 		}
 		if _, err := s.collect(stop); err != nil {
-			s.log.Error("collecting cache entries", "err", err)
+			if store.IsDiskFull(err) {
+				s.backgroundFailed("collecting cache entries", err)
+			} else {
+				s.log.Error("collecting cache entries", "err", err)
+			}
 		}
 	}
 }
 
 // Start runs the background work: the download-count flusher (every
-// cache.flush_interval) and the collector (every cache.collect_interval, and
+// cache.flush_interval), the collector (every cache.collect_interval, and
 // at once after a delete or purge; a purge left by a crash is resumed at the
-// first period).
+// first period) and the evictor (evict.go).
 func (s *Server) Start() {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
@@ -176,10 +187,11 @@ func (s *Server) Start() {
 	s.collectorStop, s.collectorDone = make(chan struct{}), make(chan struct{})
 	go s.every(s.cfg.Cache.FlushInterval, s.flusherStop, s.flusherDone, func() {
 		if err := s.FlushDownloads(); err != nil {
-			s.log.Warn("flushing download counts", "err", err)
+			s.backgroundFailed("flushing download counts", err)
 		}
 	})
 	go s.collector(s.collectorStop, s.collectorDone)
+	s.startEvictor()
 	s.audit.start()
 }
 
@@ -213,8 +225,12 @@ func (s *Server) StopCounting() error {
 	return s.FlushDownloads()
 }
 
-// StopCollector stops the collector and waits for a run in progress.
+// StopCollector stops the evictor and the collector and waits for runs in
+// progress.
 func (s *Server) StopCollector() {
+	s.bgMu.Lock()
+	s.stopEvictor()
+	s.bgMu.Unlock()
 	s.bgMu.Lock()
 	stop, done := s.collectorStop, s.collectorDone
 	s.collectorStop = nil

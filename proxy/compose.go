@@ -341,10 +341,13 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 	var err error
 	if f.mem != nil {
 		body = f.mem
+		f.release()
 	} else {
 		// counted: the merged answer records the download, not this read.
+		// The reader takes over this request's hold of the flight: an
+		// uncached flight's fill waits for each holder to read
+		// (passthrough.go), and must not wait for a second one.
 		r := &flightReader{f: f, bytes: unaccounted, counted: true}
-		f.refs.Add(1)
 		body, err = io.ReadAll(io.LimitReader(r, max+1))
 		r.Close()
 		if err == nil && int64(len(body)) > max {
@@ -352,7 +355,6 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 		}
 	}
 	e, stored := f.result()
-	f.release()
 	if err != nil {
 		in.err = err
 		if !errors.Is(err, errDocTooLarge) {

@@ -69,6 +69,9 @@ var (
 	errNoFile          = badRequest("file is missing")
 	errUploadChecksum  = badRequest("checksum files are answered from the stored digests and cannot be uploaded")
 	errUploadBody      = badRequest("the multipart body could not be read")
+	// errInsufficientStorage is an upload that the full data volume could
+	// not take (store.IsDiskFull).
+	errInsufficientStorage = message(fasthttp.StatusInsufficientStorage, "507 Insufficient Storage - the data volume is full")
 )
 
 // upstreamFailure is one upstream that did not serve a miss, and why.
@@ -284,6 +287,8 @@ func toAPI(err error) *apiError {
 		return errUnauthorized
 	case errors.As(err, &miss):
 		return miss.answer()
+	case store.IsDiskFull(err):
+		return errInsufficientStorage
 	case errors.As(err, &fe):
 		return message(fasthttp.StatusBadGateway, "502 Bad Gateway - Upstream not available: "+failureReason(fe.err))
 	case errors.As(err, &nf):

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -92,6 +93,10 @@ type flight struct {
 	// will be (the flight failed); digestsDone says it was.
 	digested    chan struct{}
 	digestsDone bool
+
+	// pass is the flight's uncached part, when the disk is full
+	// (passthrough.go). Under mu.
+	pass passState
 }
 
 type flightKey struct {
@@ -169,9 +174,11 @@ func (s *Server) inflight() int {
 }
 
 func (f *flight) release() {
-	if f.refs.Add(-1) == 0 && f.file != nil {
+	n := f.refs.Add(-1)
+	if n == 0 && f.file != nil {
 		f.file.Close()
 	}
+	f.passReleased(n == 0)
 }
 
 // decide publishes the outcome of the upstream's response headers. A
@@ -290,12 +297,14 @@ func (f *flight) checksums() (sha1, md5 string) {
 }
 
 // result waits for the end of a streaming flight and returns its entry.
+// An uncached flight (passthrough.go) returns an entry that is not stored,
+// with its digests, and errNotCached.
 func (f *flight) result() (store.CacheEntry, error) {
 	<-f.done
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.final != nil {
-		return store.CacheEntry{}, &fillError{f.final}
+		return f.entry, &fillError{f.final}
 	}
 	return f.entry, nil
 }
@@ -357,7 +366,7 @@ func (s *Server) fill(f *flight) {
 
 	start := time.Now()
 	var temp *pendingTemp
-	if !f.reval {
+	if !f.reval && s.blobs.DiskStatus().Filling {
 		temp = s.prepareTemp()
 	}
 	// Outcomes without a body drop the prepared temp file before the
@@ -455,7 +464,18 @@ func (s *Server) fill(f *flight) {
 		s.failBody(f, err)
 		return
 	}
+	unreserve, room := s.blobs.Reserve(f.size)
+	defer unreserve()
+	if !room {
+		temp.drop()
+		s.passThrough(ctx, f, resp, body, exp, nil, nil, diskStageBefore, nil)
+		return
+	}
 	w, rf, err := temp.take(s)
+	if store.IsDiskFull(err) {
+		s.passThrough(ctx, f, resp, body, exp, nil, nil, diskStageWrite, err)
+		return
+	}
 	if err != nil {
 		s.failBeforeStream(f, err)
 		return
@@ -470,6 +490,10 @@ func (s *Server) fill(f *flight) {
 	}
 
 	if err := s.copyBody(f, body, w); err != nil {
+		if df := (*diskFullError)(nil); errors.As(err, &df) {
+			s.passThrough(ctx, f, resp, body, exp, w, df.rest, diskStageWrite, df.err)
+			return
+		}
 		w.Abort()
 		s.failBody(f, err)
 		return
@@ -486,8 +510,12 @@ func (s *Server) fill(f *flight) {
 	// behind them.
 	verifyFirst := exp.any() || f.reval
 	var d store.Digests
+	var unsynced error // a full disk failed the fsync: the body is whole, but not stored
 	if verifyFirst {
 		d, err = w.Finish()
+		if store.IsDiskFull(err) && d.SHA256 != "" {
+			unsynced, err = err, nil
+		}
 		if err == nil {
 			err = exp.check(d)
 		}
@@ -504,9 +532,12 @@ func (s *Server) fill(f *flight) {
 		f.decide(flightStreaming, nil)
 	}
 	if !verifyFirst {
-		if d, err = w.Finish(); err == nil {
+		if d, err = w.Finish(); d.SHA256 != "" {
 			f.setDigests(d)
 		}
+	}
+	if err == nil {
+		err = unsynced
 	}
 	if s.onComplete != nil {
 		s.onComplete()
@@ -518,6 +549,11 @@ func (s *Server) fill(f *flight) {
 	if err != nil {
 		w.Abort()
 		s.storeFailed(f, w.Size(), err)
+		if store.IsDiskFull(err) && d.SHA256 != "" {
+			entry, err = f.uncachedEntry(d), errNotCached
+		}
+	} else {
+		s.diskOK()
 	}
 	f.finish(entry, err)
 }
@@ -537,6 +573,10 @@ func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag s
 
 func (s *Server) storeFailed(f *flight, size int64, err error) {
 	s.met.storeErrors.Inc()
+	if store.IsDiskFull(err) {
+		s.diskFull(diskStageStore, f, err)
+		return
+	}
 	s.log.Error("storing a fill failed; its clients got the whole file, nothing was cached",
 		"upstream", f.up.id, "path", f.relSlash, "bytes", size, "err", err)
 }
@@ -674,6 +714,14 @@ func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 		s.onComplete()
 	}
 
+	unreserve, room := s.blobs.Reserve(f.size)
+	defer unreserve()
+	if !room {
+		temp.drop()
+		s.diskFull(diskStageBefore, f, nil)
+		f.finish(f.uncachedEntry(hashAll(body)), errNotCached)
+		return
+	}
 	w, rf, err := temp.take(s)
 	var entry store.CacheEntry
 	if err == nil {
@@ -691,6 +739,11 @@ func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 	}
 	if err != nil {
 		s.storeFailed(f, int64(len(body)), err)
+		if store.IsDiskFull(err) {
+			entry, err = f.uncachedEntry(hashAll(body)), errNotCached
+		}
+	} else {
+		s.diskOK()
 	}
 	f.finish(entry, err)
 }
@@ -790,7 +843,10 @@ func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error 
 			if w.Size()+int64(n) > s.maxFile {
 				return errTooLarge
 			}
-			if _, err := w.Write(buf[:n]); err != nil {
+			if m, err := w.Write(buf[:n]); err != nil {
+				if store.IsDiskFull(err) {
+					return &diskFullError{err: err, rest: bytes.Clone(buf[m:n])}
+				}
 				return err
 			}
 			s.met.fetched.Add(float64(n))
@@ -847,6 +903,9 @@ type flightReader struct {
 	// which sends from (and advances) a descriptor's file position; nil
 	// until WriteTo opens it, or when it could not.
 	src *os.File
+	// memFrom is where the body goes on in memory rather than in the temp
+	// file (an uncached flight, passthrough.go); set by next.
+	memFrom int64
 }
 
 // next waits until there are bytes past r.off to send and returns how far
@@ -857,6 +916,10 @@ func (r *flightReader) next() (int64, error) {
 	for {
 		f.mu.Lock()
 		written, wake := f.written, f.wake
+		r.memFrom = f.pass.memFromLocked()
+		if f.pass.on {
+			f.registerLocked(r)
+		}
 		if !f.complete && written == f.size && written > 0 {
 			written-- // the last byte waits for the clean end
 		}
@@ -892,7 +955,7 @@ func (r *flightReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	n := int(min(int64(len(p)), avail-r.off))
-	n, err = r.f.file.ReadAt(p[:n], r.off)
+	n, err = r.f.readAt(p[:n], r.off, r.memFrom)
 	r.off += int64(n)
 	r.bytes.Add(float64(n))
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -926,11 +989,14 @@ func (r *flightReader) WriteTo(w io.Writer) (int64, error) {
 			return sent, err
 		}
 		var n int64
-		if direct && r.src != nil {
-			lr := io.LimitedReader{R: r.src, N: avail - r.off}
+		switch {
+		case r.off >= r.memFrom:
+			n, err = r.copyMem(w, avail)
+		case direct && r.src != nil:
+			lr := io.LimitedReader{R: r.src, N: min(avail, r.memFrom) - r.off}
 			n, err = bw.ReadFrom(&lr)
-		} else {
-			n, err = r.copyPiece(w, avail)
+		default:
+			n, err = r.copyPiece(w, min(avail, r.memFrom))
 		}
 		r.off += n
 		sent += n
@@ -999,6 +1065,7 @@ func (r *flightReader) Close() error {
 		r.src = nil
 	}
 	if r.f != nil {
+		r.f.unregister(r)
 		r.f.release()
 		r.f = nil
 	}

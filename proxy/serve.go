@@ -184,9 +184,8 @@ func (s *Server) serveFlight(x *exchange, f *flight) error {
 	// checksums unchecked, its length unproven): unless the body is whole
 	// and verified in memory, it answers from the stored entry.
 	if p.Kind == maven.Checksum || (head && f.mem == nil) {
-		e, err := f.result()
-		f.release()
-		if err != nil {
+		e, err := f.awaitResult()
+		if err != nil && !errors.Is(err, errNotCached) {
 			return err
 		}
 		if p.Kind == maven.Checksum {

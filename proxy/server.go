@@ -112,6 +112,13 @@ type Server struct {
 	fillStop  context.CancelFunc
 
 	downloads *downloadCounter
+	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
+	ev        *evictState // eviction under the disk budget (evict.go)
+	// collectMu serialises collector batches: eviction measures what was
+	// freed once its batch returns, which must include a batch a
+	// concurrent run took.
+	collectMu sync.Mutex
+	flushMu   sync.Mutex // one download-count flush at a time
 
 	// onJoin, when set (by tests), runs whenever a request joins a flight.
 	onJoin func()
@@ -189,6 +196,12 @@ func New(d Deps) (*Server, error) {
 		negatives: s.marks.len,
 	})
 	if err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.ev, err = newEvictState(d.Registerer, int64(d.Config.Cache.MaxBytes), d.Config.Cache.MinFreeFraction); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: d.Config.Proxy.ReadTimeout}

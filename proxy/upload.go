@@ -146,6 +146,8 @@ func (s *Server) receiveFile(mr *multipart.Reader, lim *limitedBody) (*store.Blo
 		case n > s.maxFile:
 			lim.exceeded = true
 			return fail(errUploadTooLarge)
+		case store.IsDiskFull(err):
+			return fail(err) // 507
 		case err != nil:
 			return fail(errUploadBody)
 		}

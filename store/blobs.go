@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -48,6 +49,12 @@ type Blobs struct {
 	// set by Sweep and kept up to date by Publish and Collect.
 	count atomic.Int64
 	bytes atomic.Int64
+
+	// disk is the state of the data volume that fills consult (disk.go).
+	disk diskWatch
+	// fault, when set (by tests), makes temp file writes fail (SetWriteFault).
+	faultMu sync.Mutex
+	fault   func(written int64, n int) (int, error)
 }
 
 // Digests are the checksums of one blob, lower-case hex.
@@ -64,6 +71,7 @@ type Digests struct {
 func OpenBlobs(dataDir string) (*Blobs, error) {
 	b := &Blobs{root: filepath.Join(dataDir, "blobs", "sha256"), tmp: filepath.Join(dataDir, "tmp"),
 		hashSlots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))}
+	b.disk = diskWatch{dir: b.root, statfs: statfs, now: time.Now}
 	for _, d := range []string{b.root, b.tmp} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return nil, fmt.Errorf("blobs: %w", err)
@@ -144,6 +152,7 @@ type BlobWriter struct {
 	name   string
 	n      int64
 	closed bool
+	fault  func(written int64, n int) (int, error) // see Blobs.SetWriteFault
 
 	sums    [4]hash.Hash  // md5, sha1, sha256, sha512
 	started bool          // the hashers run
@@ -183,7 +192,7 @@ func (b *Blobs) Create() (*BlobWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blobs: %w", err)
 	}
-	w := &BlobWriter{b: b, f: f, name: f.Name(), quit: make(chan struct{}),
+	w := &BlobWriter{b: b, f: f, name: f.Name(), quit: make(chan struct{}), fault: b.writeFault(),
 		sums: [4]hash.Hash{md5.New(), sha1.New(), sha256.New(), sha512.New()}}
 	w.more.L, w.end.L = &w.mu, &w.mu
 	return w, nil
@@ -201,7 +210,20 @@ func (w *BlobWriter) Write(p []byte) (int, error) {
 	if w.closed {
 		return 0, errors.New("blobs: write after Finish or Abort")
 	}
-	n, err := w.f.Write(p)
+	var n int
+	var err error
+	if w.fault != nil {
+		if allow, ferr := w.fault(w.n, len(p)); ferr != nil {
+			n, err = w.f.Write(p[:allow])
+			if err == nil {
+				err = ferr
+			}
+		} else {
+			n, err = w.f.Write(p)
+		}
+	} else {
+		n, err = w.f.Write(p)
+	}
 	if n > 0 {
 		w.n += int64(n)
 		w.publish(false)
@@ -288,7 +310,9 @@ func (w *BlobWriter) hash(group []int) {
 
 // Finish waits for the hashers, makes the temp file durable (fsync) and
 // closes it; the digests name the blob. The temp file stays until Publish or
-// Abort.
+// Abort. When the fsync or the close fails (a full volume can fail it: see
+// IsDiskFull), the digests are still returned with the error: they are
+// those of the bytes written, which readers of the file got.
 func (w *BlobWriter) Finish() (Digests, error) {
 	if w.closed {
 		return Digests{}, errors.New("blobs: writer already finished")
@@ -300,20 +324,35 @@ func (w *BlobWriter) Finish() (Digests, error) {
 		w.f.Close()
 		return Digests{}, w.herr
 	}
+	d := SumHashes(w.sums, w.n)
 	if err := w.f.Sync(); err != nil {
 		w.f.Close()
-		return Digests{}, fmt.Errorf("blobs: fsync: %w", err)
+		return d, fmt.Errorf("blobs: fsync: %w", err)
 	}
 	if err := w.f.Close(); err != nil {
-		return Digests{}, fmt.Errorf("blobs: %w", err)
+		return d, fmt.Errorf("blobs: %w", err)
 	}
-	return Digests{
-		Size:   w.n,
-		MD5:    hex.EncodeToString(w.sums[0].Sum(nil)),
-		SHA1:   hex.EncodeToString(w.sums[1].Sum(nil)),
-		SHA256: hex.EncodeToString(w.sums[2].Sum(nil)),
-		SHA512: hex.EncodeToString(w.sums[3].Sum(nil)),
-	}, nil
+	return d, nil
+}
+
+// Detach ends a writer whose file can take no more bytes (the volume is
+// full, see IsDiskFull) while its body goes on elsewhere: it waits for the
+// hashers to have read every byte written, removes the temp file and
+// returns the running digests (md5, sha1, sha256, sha512) for the caller to
+// feed the rest of the body to. Descriptors opened on the file stay
+// readable. The writer is then aborted.
+func (w *BlobWriter) Detach() ([4]hash.Hash, error) {
+	if w.closed {
+		return [4]hash.Hash{}, errors.New("blobs: writer already finished")
+	}
+	w.publish(true)
+	w.wg.Wait()
+	herr := w.herr
+	w.Abort()
+	if herr != nil {
+		return [4]hash.Hash{}, herr
+	}
+	return w.sums, nil
 }
 
 // Abort stops the hashers, waits for them to return and drops the temp

@@ -115,11 +115,17 @@ func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 		if _, err := refsAdd(tx, old.SHA256, -1); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bktCacheByUse).Delete(cacheUseKey(&old)); err != nil {
+			return err
+		}
 	}
 	if _, err := refsAdd(tx, e.SHA256, 1); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bktCacheByTime).Put(cacheTimeKey(e.UpstreamID, e.CreatedAt, e.RelativePath), nil); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bktCacheByUse).Put(cacheUseKey(e), nil); err != nil {
 		return err
 	}
 	return putJSON(b, key, e)
@@ -247,6 +253,7 @@ func (s *Store) AddDownloads(batch []DownloadCount) error {
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
+		use := tx.Bucket(bktCacheByUse)
 		for _, d := range batch {
 			key := cacheKey(d.UpstreamID, d.Rel)
 			var e CacheEntry
@@ -256,7 +263,14 @@ func (s *Store) AddDownloads(batch []DownloadCount) error {
 			e.DownloadsCount += d.Count
 			last := d.Last.UTC().Truncate(time.Millisecond)
 			if e.DownloadedAt == nil || last.After(*e.DownloadedAt) {
+				// The entry moves in the least-recently-used order.
+				if err := use.Delete(cacheUseKey(&e)); err != nil {
+					return err
+				}
 				e.DownloadedAt = &last
+				if err := use.Put(cacheUseKey(&e), nil); err != nil {
+					return err
+				}
 			}
 			if err := putJSON(b, key, e); err != nil {
 				return err
@@ -403,6 +417,9 @@ func markPendingTx(tx *bolt.Tx, key []byte, e CacheEntry, now time.Time) error {
 		return err
 	}
 	if err := tx.Bucket(bktCacheByTime).Delete(cacheTimeKey(e.UpstreamID, e.CreatedAt, e.RelativePath)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bktCacheByUse).Delete(cacheUseKey(&e)); err != nil {
 		return err
 	}
 	return tx.Bucket(bktCacheEntries).Delete(key)

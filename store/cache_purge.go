@@ -212,6 +212,9 @@ func destroyEntryTx(tx *bolt.Tx, key []byte, e CacheEntry, out *Collected) error
 	if err := tx.Bucket(bktCacheByTime).Delete(cacheTimeKey(e.UpstreamID, e.CreatedAt, e.RelativePath)); err != nil {
 		return err
 	}
+	if err := tx.Bucket(bktCacheByUse).Delete(cacheUseKey(&e)); err != nil {
+		return err
+	}
 	if err := tx.Bucket(bktCacheEntries).Delete(key); err != nil {
 		return err
 	}

@@ -81,6 +81,11 @@ var (
 	// Cleanup policies (cleanup_policies.go), with the state of a run in
 	// progress: one per top-level group.
 	bktCleanupPolicies = []byte("cleanup_policies") // group id -> CleanupPolicy
+
+	// Live entries least recently used first, for eviction (cache_use.go):
+	// last use ms (downloaded_at, else created_at) + upstream id + relative
+	// path -> nil.
+	bktCacheByUse = []byte("cache_by_use")
 )
 
 var allBuckets = [][]byte{
@@ -96,6 +101,7 @@ var allBuckets = [][]byte{
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
 	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
 	bktCleanupPolicies,
+	bktCacheByUse,
 }
 
 // Keys in the meta bucket.
@@ -103,6 +109,10 @@ var (
 	metaSchemaVersion = []byte("schema_version")
 	metaInitialized   = []byte("initialized")
 	metaKeyCheck      = []byte("key_check") // a known value sealed with the secret key
+	// cache_by_use is complete once this is set; until then metaUseNext is
+	// the cache_entries key its build resumes at (cache_use.go).
+	metaUseBuilt = []byte("cache_by_use_built")
+	metaUseNext  = []byte("cache_by_use_next")
 )
 
 // schemaVersion is written on every open; an older registryd refuses a
@@ -112,8 +122,10 @@ var (
 // marks carried out in batches (cache_purge.go); an older registryd would
 // serve the entries of a purge in progress. 4: upstreams have allow/deny
 // rules (rules.go) and registries a metadata merge switch; an older
-// registryd would serve what the rules refuse.
-const schemaVersion = 4
+// registryd would serve what the rules refuse. 5: live entries are indexed by
+// last use (cache_use.go); an older registryd would write entries eviction
+// never finds.
+const schemaVersion = 5
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {
@@ -148,6 +160,20 @@ func cacheTimeKey(upstreamID int64, created time.Time, rel string) []byte {
 	binary.BigEndian.PutUint64(k, uint64(upstreamID))
 	binary.BigEndian.PutUint64(k[8:], ^uint64(created.UnixMilli()))
 	copy(k[16:], rel)
+	return k
+}
+
+// cacheUseKey orders live entries least recently used first: the last use
+// in milliseconds (downloaded_at, else created_at), then upstream id and path.
+func cacheUseKey(e *CacheEntry) []byte {
+	use := e.CreatedAt
+	if e.DownloadedAt != nil {
+		use = *e.DownloadedAt
+	}
+	k := make([]byte, 16+len(e.RelativePath))
+	binary.BigEndian.PutUint64(k, uint64(max(0, use.UnixMilli())))
+	binary.BigEndian.PutUint64(k[8:], uint64(e.UpstreamID))
+	copy(k[16:], e.RelativePath)
 	return k
 }
 

@@ -46,6 +46,8 @@ type Store struct {
 	// collect receives a value (never blocking, buffer 1) after a commit
 	// that gave the collector work; see CollectWanted.
 	collect chan struct{}
+	// useBuilt caches that cache_by_use is complete (cache_use.go).
+	useBuilt atomic.Bool
 }
 
 // ErrLocked means another process holds the database.
@@ -120,6 +122,10 @@ func Open(dir string, o Options) (*Store, error) {
 			}
 		} else if err := meta.Put(metaKeyCheck, s.seal(keyCheck)); err != nil {
 			return err
+		}
+		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) == schemaVersion {
+			// Nothing to write: a start on a full volume needs no new page.
+			return nil
 		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {

@@ -1,0 +1,308 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"registryd/store"
+)
+
+// Tests of a full data volume (passthrough.go): the volume's figures come
+// from store.Blobs.SetSpaceProbe and temp file writes fail through
+// store.Blobs.SetWriteFault, as a real full volume makes them fail (the
+// integration test itest/diskfull_test.go fills a real one).
+
+const gib = int64(1) << 30
+
+// volume is a fake data volume whose free space a test sets.
+type volume struct{ free, total atomic.Int64 }
+
+func (e *env) fakeVolume(free int64) *volume {
+	v := &volume{}
+	v.free.Store(free)
+	v.total.Store(100 * gib)
+	e.blobs.SetSpaceProbe(func() (store.Space, error) {
+		return store.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
+	})
+	return v
+}
+
+// setFree changes the free space; the next fill sees it at once.
+func (e *env) setFree(v *volume, free int64) {
+	v.free.Store(free)
+	e.blobs.SetSpaceProbe(func() (store.Space, error) {
+		return store.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
+	})
+}
+
+// expectUncached checks what an uncached fill leaves: no entry, no blob, no
+// temp file, no memory held.
+func (e *env) expectUncached(uid int64, path string) {
+	e.t.Helper()
+	e.noBrokenState()
+	if _, ok := e.entry(uid, "/"+path); ok {
+		e.t.Fatalf("%s was cached", path)
+	}
+	if n, _ := e.blobs.Stats(); n != 0 {
+		e.t.Fatalf("%d blobs", n)
+	}
+	if held := e.srv.disk.held.Load(); held != 0 {
+		e.t.Fatalf("%d bytes of uncached bodies still held in memory", held)
+	}
+}
+
+// TestDiskFullBeforeFill: with the volume below its reserve, a miss is
+// streamed to its client without writing anything, a large one through
+// the memory window and a small one from memory; both are counted, the
+// cache says it is not filling, and once space returns the next miss is
+// cached.
+func TestDiskFullBeforeFill(t *testing.T) {
+	e := newEnv(t)
+	vol := e.fakeVolume(100 << 20) // 0.1% of 100 GiB: below the 1% reserve
+	up := newFakeUpstream(t)
+	big := jarBytes(jarPath, 3<<20+7)
+	pomPath := "org/example/lib/1.0/lib-1.0.pom"
+	pom := []byte("<project><modelVersion>4.0.0</modelVersion></project>")
+	_, sha1hex, _, _ := digests(big)
+	up.set(jarPath, fakeFile{body: big, checksum: sha1hex})
+	up.set(pomPath, fakeFile{body: pom})
+	uid := e.upstream(up.URL, nil, nil)
+
+	if got := e.metric("registryd_cache_filling"); got != 0 {
+		t.Fatalf("registryd_cache_filling = %v on a full volume", got)
+	}
+	r := e.get(jarPath).expect(t, 200)
+	if !bytes.Equal(r.body, big) {
+		t.Fatalf("got %d bytes, want the %d of the file", len(r.body), len(big))
+	}
+	if cl := r.header.Get("Content-Length"); cl != strconv.Itoa(len(big)) {
+		t.Fatalf("Content-Length %q", cl)
+	}
+	e.get(pomPath).expect(t, 200).expectBody(t, string(pom))
+	e.expectUncached(uid, jarPath)
+	e.expectUncached(uid, pomPath)
+	if got := e.metric("registryd_cache_fill_disk_full_total", "stage", "before"); got != 2 {
+		t.Fatalf("disk full (before) = %v, want 2", got)
+	}
+	// A checksum sidecar of an uncached file fetches it again (nothing is
+	// stored to answer from) and answers from its digests.
+	e.get(jarPath+".sha1").expect(t, 200).expectBody(t, sha1hex)
+
+	e.setFree(vol, 50*gib)
+	if got := e.metric("registryd_cache_filling"); got != 1 {
+		t.Fatalf("registryd_cache_filling = %v once space returned", got)
+	}
+	e.get(jarPath).expect(t, 200).expectBody(t, string(big))
+	if _, ok := e.entry(uid, "/"+jarPath); !ok {
+		t.Fatal("not cached once space returned")
+	}
+	e.noBrokenState()
+	e.lint()
+}
+
+// TestDiskFullMidBody: the temp file's writes fail with ENOSPC halfway
+// through a body that a herd of requests is reading (GETs, a HEAD and a
+// checksum sidecar joined to the one flight): every GET gets every byte,
+// the others their answers, nothing is left in DATA_DIR/tmp or the blob
+// store, and fills stay uncached until the volume has room again.
+func TestDiskFullMidBody(t *testing.T) {
+	e := newEnv(t)
+	vol := e.fakeVolume(50 * gib)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, 6<<20+3)
+	_, sha1hex, _, _ := digests(body)
+	up.set(jarPath, fakeFile{body: body, fault: faultHold, checksum: sha1hex})
+	uid := e.upstream(up.URL, nil, nil)
+	// The upstream sends half (3 MiB) and holds: the writes fail past 4 MiB,
+	// once every request has joined.
+	e.blobs.SetWriteFault(store.ENOSPCAfter(4 << 20))
+
+	const gets = 4
+	joined := make(chan struct{}, gets+2)
+	e.srv.onJoin = func() { joined <- struct{}{} }
+	var wg sync.WaitGroup
+	results := make([]resp, gets+2)
+	paths := []string{jarPath, jarPath, jarPath, jarPath, jarPath + ".sha1", jarPath}
+	for i, p := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			method := http.MethodGet
+			if i == gets+1 {
+				method = http.MethodHead
+			}
+			results[i] = e.do(method, "/"+strconv.FormatInt(e.registry, 10)+"/"+p, nil, "Private-Token", rootToken)
+		}()
+	}
+	<-up.midBody
+	for range gets + 1 {
+		<-joined
+	}
+	e.srv.onJoin = nil
+	up.releaseHeld()
+	wg.Wait()
+	for i := range gets {
+		r := results[i].expect(t, 200)
+		if !bytes.Equal(r.body, body) {
+			t.Fatalf("GET %d: %d bytes, want the %d of the file", i, len(r.body), len(body))
+		}
+	}
+	results[gets].expect(t, 200).expectBody(t, sha1hex)
+	h := results[gets+1].expect(t, 200)
+	if h.header.Get("Content-Length") != strconv.Itoa(len(body)) || h.header.Get("X-Checksum-Sha1") != sha1hex {
+		t.Fatalf("HEAD headers %v", h.header)
+	}
+	if got := up.calls(jarPath); got != 1 {
+		t.Fatalf("upstream GETs = %d, want 1", got)
+	}
+	e.expectUncached(uid, jarPath)
+	if got := e.metric("registryd_cache_fill_disk_full_total", "stage", "write"); got != 1 {
+		t.Fatalf("disk full (write) = %v, want 1", got)
+	}
+	// The failure holds the fills off the disk: the next miss does not
+	// even try (statfs shows no change, as with a quota).
+	if got := e.metric("registryd_cache_filling"); got != 0 {
+		t.Fatalf("registryd_cache_filling = %v after a failed write", got)
+	}
+	up.set(jarPath, fakeFile{body: body, checksum: sha1hex})
+	e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+	e.expectUncached(uid, jarPath)
+	if got := e.metric("registryd_cache_fill_disk_full_total", "stage", "before"); got != 1 {
+		t.Fatalf("disk full (before) = %v, want 1", got)
+	}
+
+	// Space returns (the volume has more free space than after the
+	// failure): fills write again, by themselves.
+	e.blobs.SetWriteFault(nil)
+	e.setFree(vol, 60*gib)
+	e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+	if _, ok := e.entry(uid, "/"+jarPath); !ok {
+		t.Fatal("not cached once space returned")
+	}
+	e.noBrokenState()
+}
+
+// TestDiskFullSmallFile: a small body is answered from memory before its
+// temp file is written; a write that fails then costs its clients nothing.
+func TestDiskFullSmallFile(t *testing.T) {
+	e := newEnv(t)
+	e.fakeVolume(50 * gib)
+	up := newFakeUpstream(t)
+	pomPath := "org/example/lib/1.0/lib-1.0.pom"
+	pom := bytes.Repeat([]byte("<project/>"), 500)
+	up.set(pomPath, fakeFile{body: pom})
+	uid := e.upstream(up.URL, nil, nil)
+	e.blobs.SetWriteFault(store.ENOSPCAfter(100))
+	e.get(pomPath).expect(t, 200).expectBody(t, string(pom))
+	e.expectUncached(uid, pomPath)
+	if got := e.metric("registryd_cache_fill_disk_full_total", "stage", "store"); got != 1 {
+		t.Fatalf("disk full (store) = %v, want 1", got)
+	}
+}
+
+// TestDiskFullWindow: a body three times the memory window goes uncached
+// to three concurrent clients; each gets every byte while the memory held
+// stays within the window.
+func TestDiskFullWindow(t *testing.T) {
+	e := newEnv(t)
+	e.fakeVolume(0)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, 3*spillWindow+12345)
+	up.set(jarPath, fakeFile{body: body})
+	uid := e.upstream(up.URL, nil, nil)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.getNow(jarPath).expect(t, 200)
+			if !bytes.Equal(r.body, body) {
+				t.Errorf("got %d bytes, want the %d of the file", len(r.body), len(body))
+			}
+		}()
+	}
+	wg.Wait()
+	e.expectUncached(uid, jarPath)
+	if p := e.srv.disk.peak.Load(); p > spillWindow+spillChunk || p == 0 {
+		t.Fatalf("peak memory %d, want within the window of %d", p, spillWindow)
+	}
+}
+
+// TestDiskFullClientGone: an uncached fill whose client hangs up stops
+// reading the upstream (nothing would be stored) and frees its memory.
+func TestDiskFullClientGone(t *testing.T) {
+	e := newEnv(t)
+	e.fakeVolume(0)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, 4*spillWindow)
+	up.set(jarPath, fakeFile{body: body, fault: faultHold})
+	uid := e.upstream(up.URL, nil, nil)
+	res := e.startHeld(jarPath)
+	if _, err := io.ReadFull(res.Body, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	e.client.CloseIdleConnections()
+	e.waitFills() // returns: the fill ended although the upstream still holds half the body
+	e.expectUncached(uid, jarPath)
+	if got := e.metric("registryd_upstream_requests_total", "outcome", "aborted"); got != 1 {
+		t.Fatalf("aborted upstream requests = %v, want 1", got)
+	}
+}
+
+// TestDiskFullRevalidation: a stale entry whose upstream changed the file
+// while the volume is full. The new body, held back until it is whole and
+// verified as every revalidation's is, fits the memory window: it is
+// served, the stored copy stays. A body larger than the window cannot be
+// held back: the stored copy is served, as when a revalidation fails.
+func TestDiskFullRevalidation(t *testing.T) {
+	e := newEnv(t)
+	vol := e.fakeVolume(50 * gib)
+	up := newFakeUpstream(t)
+	old := jarBytes(jarPath, 300<<10)
+	up.set(jarPath, fakeFile{body: old, etag: `"v1"`})
+	uid := e.upstream(up.URL, hours(1), nil)
+	e.get(jarPath).expect(t, 200).expectBody(t, string(old))
+
+	e.setFree(vol, 0)
+	newer := jarBytes("changed/"+jarPath, 500<<10)
+	up.set(jarPath, fakeFile{body: newer, etag: `"v2"`})
+	e.clock.Advance(2 * time.Hour)
+	e.get(jarPath).expect(t, 200).expectBody(t, string(newer))
+	ce, ok := e.entry(uid, "/"+jarPath)
+	if !ok || ce.ETag != `"v1"` {
+		t.Fatalf("entry after an uncached revalidation: %+v %v", ce, ok)
+	}
+
+	huge := jarBytes("huge/"+jarPath, spillWindow+spillChunk+1)
+	up.set(jarPath, fakeFile{body: huge, etag: `"v3"`})
+	e.get(jarPath).expect(t, 200).expectBody(t, string(old))
+	if held := e.srv.disk.held.Load(); held != 0 {
+		t.Fatalf("%d bytes still held", held)
+	}
+	e.noBrokenState()
+}
+
+// TestDiskFullUpload: an upload the volume cannot take answers 507, not 500.
+func TestDiskFullUpload(t *testing.T) {
+	e := newEnv(t)
+	up := newFakeUpstream(t)
+	uid := e.upstream(up.URL, nil, nil)
+	e.blobs.SetWriteFault(store.ENOSPCAfter(10))
+	good := gatewayToken(e.secret, "HS256", map[string]any{"iat": e.clock.Now().Unix(), "iss": "gateway"})
+	b, ctype := multipartBody(t, []byte("uploaded jar bytes"), "path", jarPath)
+	r := e.do(http.MethodPost, "/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath+"/upload", b,
+		"Content-Type", ctype, "Upstream-GID", "gid://registryd/Upstream/"+strconv.FormatInt(uid, 10),
+		"Svc-Gateway-Api-Request", good, "Private-Token", rootToken)
+	if r.status != 507 {
+		t.Fatalf("status %d, want 507: %s", r.status, r.body)
+	}
+	r.expectMessage(t, "message", "507 Insufficient Storage - the data volume is full")
+	e.noBrokenState()
+}

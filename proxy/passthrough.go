@@ -1,0 +1,566 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"hash"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/proxy/upstream"
+	"registryd/store"
+)
+
+// A full disk breaks nothing. When a fill cannot write its file to the cache
+// (the data volume is full, a quota or a file size limit is reached; see
+// store.IsDiskFull), its clients still get the whole file: the flight goes
+// on uncached, the rest of the body passing from the upstream to them
+// through memory, and nothing is stored.
+//
+// A flight goes uncached at its start when store.Blobs.Reserve says there is
+// no room for the file (the volume is below its reserve, a write failed for
+// want of space moments ago, or the file's Content-Length does not fit), or
+// halfway when a write of its temp file fails for want of space. Halfway,
+// the bytes already written stay readable from the flight's descriptor of
+// the temp file (its name is removed at once, so nothing is left in
+// DATA_DIR/tmp; its blocks go when the last reader closes it), the digests
+// computed so far go on with the rest (BlobWriter.Detach), and the rest of
+// the body goes to memory.
+//
+// The memory is a window, not the whole body: pieces of spillChunk bytes,
+// at most spillWindow of them at once per flight. A piece is dropped once
+// every reader has sent it; when the window is full the fill stops reading
+// the upstream until the slowest reader moves on (so a client that stalls
+// holds back the others of its flight, as it would hold back a plain proxy,
+// and an upstream that gives up on a stalled read ends them all short).
+// That needs the set of readers to be known: an uncached flight leaves the
+// flight map at once, so that no request joins it any more (a later request
+// for the file starts its own flight, uncached too while the disk is full),
+// and the requests that already hold it each read from its first byte
+// (those reading from memory register their position; see next). Holders
+// that do not read it (a HEAD, a checksum sidecar) give it back before they
+// wait for its end.
+//
+// A revalidation answers nobody before its new body is whole and verified;
+// uncached, that body must fit the window, else the revalidation fails and
+// the stored copy is served (errSpillFull), as for any failed revalidation.
+// The digests (for the checksum headers, the sidecar requests joined to the
+// flight and the upstream's offered checksums, checked before the last byte
+// goes out, as ever) are computed in the fill as the body passes.
+
+const (
+	// spillChunk is the size of one piece of an uncached body in memory.
+	spillChunk = copyBufSize
+	// spillWindow bounds the memory of one uncached flight.
+	spillWindow = 8 << 20
+)
+
+var spillBufs = sync.Pool{New: func() any { b := make([]byte, spillChunk); return &b }}
+
+// Errors of an uncached flight.
+var (
+	// errNotCached is the outcome (flight.result) of a flight that sent its
+	// whole body to its clients but stored nothing: its entry carries the
+	// body's digests and size, and is not in the store.
+	errNotCached = errors.New("the file was served without caching it: the data volume is full")
+	// errSpillFull is an uncached body that nobody may read yet (a
+	// revalidation) and that outgrew the memory window.
+	errSpillFull = errors.New("the data volume is full and the file does not fit in memory")
+	// errNoReaders ends an uncached flight whose clients are all gone:
+	// there is nothing to store, so nothing to fetch.
+	errNoReaders = errors.New("every client of the uncached fill is gone")
+)
+
+// Stages of registryd_cache_fill_disk_full_total.
+const (
+	diskStageBefore = "before" // not written: no room (store.Blobs.Reserve)
+	diskStageWrite  = "write"  // creating or writing the temp file failed
+	diskStageStore  = "store"  // fsync, rename or the index commit failed
+)
+
+// passState is the uncached part of a flight, under flight.mu.
+type passState struct {
+	// live is set once the flight is uncached; release reads it without
+	// the lock, to wake a fill that waits for room.
+	live atomic.Bool
+	on   bool
+	// memFrom is the body offset from which bytes are in memory; those
+	// before it are in the flight's temp file.
+	memFrom int64
+	base    int64     // body offset of chunks[0]
+	chunks  []*[]byte // spillChunk bytes each; the last one fills up
+	// readers are the flightReaders that read from memory, and the offset
+	// each has reached.
+	readers map[*flightReader]int64
+	// passive counts the holders that wait for the flight's end without
+	// reading its body (awaitResult).
+	passive atomic.Int32
+	// fillWaits: the fill waits on room for readers to move on.
+	fillWaits bool
+	room      chan struct{}
+}
+
+// memFromLocked is where memory starts; MaxInt64 while the flight caches.
+func (p *passState) memFromLocked() int64 {
+	if !p.on {
+		return math.MaxInt64
+	}
+	return p.memFrom
+}
+
+// wakeFillLocked lets a fill waiting for room look again.
+func (p *passState) wakeFillLocked() {
+	if p.fillWaits {
+		p.fillWaits = false
+		close(p.room)
+	}
+}
+
+// register records that r has read up to r.off, for the window.
+func (f *flight) registerLocked(r *flightReader) {
+	if f.pass.readers == nil {
+		f.pass.readers = make(map[*flightReader]int64)
+	}
+	f.pass.readers[r] = r.off
+	f.pass.wakeFillLocked()
+}
+
+func (f *flight) unregister(r *flightReader) {
+	if !f.pass.live.Load() {
+		return
+	}
+	f.mu.Lock()
+	delete(f.pass.readers, r)
+	f.pass.wakeFillLocked()
+	f.mu.Unlock()
+}
+
+// passReleased is release's part for uncached flights: the fill may wait
+// for this holder, and when it was the last one, the memory goes.
+func (f *flight) passReleased(last bool) {
+	if !f.pass.live.Load() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if last {
+		f.dropChunksLocked(len(f.pass.chunks))
+		return
+	}
+	f.pass.wakeFillLocked()
+}
+
+func (f *flight) dropChunksLocked(n int) {
+	for _, c := range f.pass.chunks[:n] {
+		spillBufs.Put(c)
+	}
+	f.s.disk.held.Add(-int64(n) * spillChunk)
+	f.pass.chunks = f.pass.chunks[n:]
+	f.pass.base += int64(n) * spillChunk
+}
+
+// awaitResult is result for a holder that does not read the body (a HEAD,
+// a checksum sidecar answered from the digests), which then gives the
+// flight back. An uncached flight's fill neither waits for such a holder
+// to read, nor stops for want of readers while it waits.
+func (f *flight) awaitResult() (store.CacheEntry, error) {
+	f.pass.passive.Add(1)
+	f.passReleased(false)
+	e, err := f.result()
+	f.pass.passive.Add(-1)
+	f.release()
+	return e, err
+}
+
+// trimLocked drops the pieces every reader has sent. While a holder of the
+// flight has not started reading (it will read from the first byte), none
+// is dropped.
+func (f *flight) trimLocked() {
+	p := &f.pass
+	if len(p.chunks) == 0 || int(f.refs.Load()-1-p.passive.Load()) != len(p.readers) {
+		return
+	}
+	low := f.written
+	for _, off := range p.readers {
+		low = min(low, off)
+	}
+	n := 0
+	for n < len(p.chunks) && p.base+int64(n+1)*spillChunk <= low {
+		n++
+	}
+	if n > 0 {
+		f.dropChunksLocked(n)
+	}
+}
+
+// spillAppend adds b, the body's bytes from f.written on, to memory, waiting
+// for readers to make room when the window is full.
+func (f *flight) spillAppend(ctx context.Context, b []byte) error {
+	p := &f.pass
+	for len(b) > 0 {
+		f.mu.Lock()
+		end := f.written
+		for {
+			if f.decided() && f.refs.Load() <= 1 {
+				f.mu.Unlock()
+				return errNoReaders
+			}
+			f.trimLocked()
+			if end < p.base+int64(len(p.chunks))*spillChunk || len(p.chunks) < spillWindow/spillChunk {
+				break
+			}
+			if !f.decided() {
+				f.mu.Unlock()
+				return errSpillFull
+			}
+			p.fillWaits, p.room = true, make(chan struct{})
+			room := p.room
+			f.mu.Unlock()
+			select {
+			case <-room:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			f.mu.Lock()
+		}
+		if end == p.base+int64(len(p.chunks))*spillChunk {
+			p.chunks = append(p.chunks, spillBufs.Get().(*[]byte))
+			f.s.disk.hold(spillChunk)
+		}
+		i := (end - p.base) / spillChunk
+		n := copy((*p.chunks[i])[(end-p.base)%spillChunk:], b)
+		b = b[n:]
+		f.written = end + int64(n)
+		f.mu.Unlock()
+	}
+	return nil
+}
+
+// memAt returns the bytes of the body in memory from off to the end of
+// their piece (the caller bounds them by what is written). The piece stays
+// while the reader has not registered a position past it.
+func (f *flight) memAt(off int64) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := &f.pass
+	i := (off - p.base) / spillChunk
+	return (*p.chunks[i])[(off-p.base)%spillChunk:]
+}
+
+// readAt reads the body at off: from the temp file before memFrom, from
+// memory after.
+func (f *flight) readAt(b []byte, off, memFrom int64) (int, error) {
+	if off < memFrom {
+		if int64(len(b)) > memFrom-off {
+			b = b[:memFrom-off]
+		}
+		return f.file.ReadAt(b, off)
+	}
+	return copy(b, f.memAt(off)), nil
+}
+
+// copyMem writes the bytes from r.off to avail, which are in memory.
+func (r *flightReader) copyMem(w io.Writer, avail int64) (int64, error) {
+	var done int64
+	for r.off+done < avail {
+		b := r.f.memAt(r.off + done)
+		b = b[:min(int64(len(b)), avail-r.off-done)]
+		m, err := w.Write(b)
+		done += int64(m)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// passThrough runs the rest of a flight uncached: from its start (w nil:
+// nothing was written), or from where a write of its temp file failed for
+// want of space (w holds what was written; rest is what the failed write
+// did not take).
+func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
+	w *store.BlobWriter, rest []byte, stage string, cause error) {
+	var sums [4]hash.Hash
+	var onDisk int64
+	if w != nil {
+		onDisk = w.Size()
+		var err error
+		if sums, err = w.Detach(); err != nil {
+			s.failBody(f, err)
+			return
+		}
+	} else {
+		sums = store.NewHashes()
+	}
+	s.diskFull(stage, f, cause)
+	f.mu.Lock()
+	f.pass.on, f.pass.memFrom, f.pass.base = true, onDisk, onDisk
+	f.written = onDisk
+	f.mu.Unlock()
+	f.pass.live.Store(true)
+	// No request joins an uncached flight: it would need the body from
+	// its start, which is no longer kept.
+	f.leave()
+	if !f.reval && !f.decided() {
+		f.decide(flightStreaming, nil)
+	}
+	n := onDisk
+	add := func(b []byte) error {
+		if n+int64(len(b)) > s.maxFile {
+			return errTooLarge
+		}
+		for _, h := range sums {
+			h.Write(b)
+		}
+		if err := f.spillAppend(ctx, b); err != nil {
+			return err
+		}
+		n += int64(len(b))
+		s.met.fetched.Add(float64(len(b)))
+		f.progress(n)
+		return nil
+	}
+	err := add(rest)
+	if err == nil {
+		err = s.copyPass(body, add)
+	}
+	if err == nil && f.size >= 0 && n != f.size {
+		err = errShortBody
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			if s.fillCtx.Err() != nil {
+				err = errShutdown
+			}
+		}
+		if errors.Is(err, errNoReaders) {
+			// Nobody is left to send it to and nothing is stored: the
+			// upstream's answer was fine, only unwanted.
+			s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
+			f.finish(store.CacheEntry{}, err)
+			return
+		}
+		s.failBody(f, err)
+		return
+	}
+	resp.Body.Close()
+	f.freeSlot()
+	d := store.SumHashes(sums, n)
+	if err := exp.check(d); err != nil {
+		s.failBody(f, err)
+		return
+	}
+	f.setDigests(d)
+	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
+	f.completed()
+	if f.reval {
+		f.decide(flightStreaming, nil)
+	}
+	if s.onComplete != nil {
+		s.onComplete()
+	}
+	f.finish(f.uncachedEntry(d), errNotCached)
+}
+
+// uncachedEntry is the outcome of a flight that stored nothing: what the
+// entry would have said, for the requests joined to the flight that answer
+// from it (a HEAD, a checksum sidecar).
+func (f *flight) uncachedEntry(d store.Digests) store.CacheEntry {
+	return store.CacheEntry{
+		UpstreamID: f.up.id, RelativePath: f.relSlash, ContentType: f.ctype, Size: d.Size,
+		MD5: d.MD5, SHA1: d.SHA1, SHA256: d.SHA256, SHA512: d.SHA512,
+	}
+}
+
+// hashAll digests a body held in memory.
+func hashAll(b []byte) store.Digests {
+	sums := store.NewHashes()
+	for _, h := range sums {
+		h.Write(b)
+	}
+	return store.SumHashes(sums, int64(len(b)))
+}
+
+// copyPass reads the body to its end into add.
+func (s *Server) copyPass(body io.Reader, add func([]byte) error) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if err := add(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			if s.fillCtx.Err() != nil {
+				return errShutdown
+			}
+			return rerr
+		}
+	}
+}
+
+// diskFullError is a temp file write that failed for want of space; rest
+// is what that write did not take.
+type diskFullError struct {
+	err  error
+	rest []byte
+}
+
+func (e *diskFullError) Error() string { return e.err.Error() }
+func (e *diskFullError) Unwrap() error { return e.err }
+
+// diskState is the proxy's side of a full disk: what it counts and logs.
+type diskState struct {
+	full  *prometheus.CounterVec
+	held  atomic.Int64 // bytes of uncached bodies in memory
+	peak  atomic.Int64 // the most held at once (for tests)
+	log   *slog.Logger
+	blobs *store.Blobs
+
+	mu       sync.Mutex
+	warnedAt time.Time // of the last warning; zero once fills cache again
+	quiet    int       // failures since that warning
+	// indexWarned is when each kind of background index write (download
+	// counts, collector) last logged a failure for want of space.
+	indexWarned map[string]time.Time
+}
+
+func (d *diskState) hold(n int64) {
+	h := d.held.Add(n)
+	for p := d.peak.Load(); h > p && !d.peak.CompareAndSwap(p, h); p = d.peak.Load() {
+	}
+}
+
+// diskLogEvery is how often a full disk is logged, however many fills it
+// turns away.
+const diskLogEvery = time.Minute
+
+func newDiskState(reg prometheus.Registerer, blobs *store.Blobs, log *slog.Logger) (*diskState, error) {
+	const ns = "registryd"
+	d := &diskState{log: log, blobs: blobs,
+		full: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "fill_disk_full_total",
+			Help: "Fills that could not write to the cache for want of space (a full data volume, a quota, a file " +
+				"size limit) and streamed their file to their clients uncached, by stage: before (no room, " +
+				"nothing written), write (the temp file could not be created or written), store (fsync, rename " +
+				"or the index commit failed after the body).",
+		}, []string{"stage"}),
+	}
+	for _, st := range []string{diskStageBefore, diskStageWrite, diskStageStore} {
+		d.full.WithLabelValues(st)
+	}
+	if reg == nil {
+		return d, nil
+	}
+	cs := []prometheus.Collector{
+		d.full,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "filling",
+			Help: "1 while fills write to the cache, 0 while the data volume is full and files are served uncached.",
+		}, func() float64 {
+			if blobs.DiskStatus().Filling {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "volume_free_bytes",
+			Help: "Bytes available on the data volume (statfs, at most a second old).",
+		}, func() float64 { sp, _ := blobs.Space(); return float64(sp.Free) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "volume_size_bytes",
+			Help: "Size of the data volume.",
+		}, func() float64 { sp, _ := blobs.Space(); return float64(sp.Total) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "cache", Name: "uncached_memory_bytes",
+			Help: "Bytes of files being served uncached (the disk is full) held in memory.",
+		}, func() float64 { return float64(d.held.Load()) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// diskFull counts a fill that could not write to the cache, and logs it
+// once per diskLogEvery.
+func (s *Server) diskFull(stage string, f *flight, cause error) {
+	d := s.disk
+	d.full.WithLabelValues(stage).Inc()
+	if stage != diskStageBefore {
+		s.blobs.NoteDiskFull()
+	}
+	now := time.Now()
+	d.mu.Lock()
+	if !d.warnedAt.IsZero() && now.Sub(d.warnedAt) < diskLogEvery {
+		d.quiet++
+		d.mu.Unlock()
+		return
+	}
+	quiet := d.quiet
+	d.warnedAt, d.quiet = now, 0
+	d.mu.Unlock()
+	st := s.blobs.DiskStatus()
+	attrs := []any{"stage", stage, "upstream", f.up.id, "path", f.relSlash, "free_bytes", st.Free,
+		"since_last_warning", quiet}
+	if st.Reason != "" {
+		attrs = append(attrs, "reason", st.Reason)
+	}
+	if cause != nil {
+		attrs = append(attrs, "err", cause)
+	}
+	s.log.Warn("the data volume is full: files are served to their clients without caching them "+
+		"(logged once a minute; see registryd_cache_fill_disk_full_total)", attrs...)
+}
+
+// diskOK notes a fill that was stored: after a full disk, the first one
+// says so in the log.
+func (s *Server) diskOK() {
+	d := s.disk
+	d.mu.Lock()
+	was := !d.warnedAt.IsZero()
+	d.warnedAt, d.quiet = time.Time{}, 0
+	d.mu.Unlock()
+	if was {
+		s.log.Info("the data volume has room again: fills are cached")
+	}
+}
+
+// backgroundFailed logs a failed background write (what: "flushing download
+// counts", "collecting cache entries"): at once, unless it failed for want
+// of space, which is logged once per diskLogEvery for each kind, since it
+// fails again at every period until the volume has room.
+func (s *Server) backgroundFailed(what string, err error) {
+	if !store.IsDiskFull(err) {
+		s.log.Warn(what, "err", err)
+		return
+	}
+	d := s.disk
+	now := time.Now()
+	d.mu.Lock()
+	last, ok := d.indexWarned[what]
+	if ok && now.Sub(last) < diskLogEvery {
+		d.mu.Unlock()
+		return
+	}
+	if d.indexWarned == nil {
+		d.indexWarned = map[string]time.Time{}
+	}
+	d.indexWarned[what] = now
+	d.mu.Unlock()
+	s.log.Warn(what+": the data volume is full (logged once a minute while it lasts)", "err", err)
+}
