@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

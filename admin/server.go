@@ -18,8 +18,8 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // UpstreamChecker is what the connection tests and url validation need from

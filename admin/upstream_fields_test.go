@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // upstreamKeyOrder is the upstream resource's field order: GitLab's, then

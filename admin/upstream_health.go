@@ -3,8 +3,8 @@ package admin
 import (
 	"errors"
 
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // upstreamHealthView is an upstream's health as the upstream resource shows

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"net/url"
 
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 func (s *Server) routesUpstreams() {

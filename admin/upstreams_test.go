@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // okChecker accepts every url and every connection test, so upstream

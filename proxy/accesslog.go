@@ -32,7 +32,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
-	"registryd/proxy/maven"
+	"registryd/maven"
 )
 
 // accessRecord is one access log line. Zero ids, an empty result and empty

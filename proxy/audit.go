@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"registryd/auth"
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"registryd/config"
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

@@ -10,9 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
-	"registryd/proxy/maven"
-	"registryd/proxy/upstream"
+	"registryd/maven"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // download answers GET and HEAD .../maven/:id/*path. The checks run in

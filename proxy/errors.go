@@ -12,9 +12,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
-	"registryd/proxy/maven"
-	"registryd/proxy/upstream"
+	"registryd/maven"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // apiError is an answer that already knows its status and GitLab body.

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"registryd/proxy/maven"
-	"registryd/proxy/upstream"
+	"registryd/maven"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // A flight is the one upstream fetch of (upstream, path) in progress: a miss

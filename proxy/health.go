@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"registryd/config"
-	"registryd/proxy/upstream"
+	"registryd/upstream"
 )
 
 // NewHealth builds the upstreams' health tracker from the configuration,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"registryd/proxy/upstream"
+	"registryd/upstream"
 )
 
 // TestHealthLog: one line per transition, with the reason and the backoff

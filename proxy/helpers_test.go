@@ -26,9 +26,9 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
-	"registryd/proxy/maven"
-	"registryd/proxy/upstream"
+	"registryd/maven"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // rootToken authenticates as the admin in every test env.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"registryd/proxy/maven"
+	"registryd/maven"
 )
 
 // TestLookupRaceFetchesOnce: a request whose lookup missed just before a

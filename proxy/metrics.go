@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // Routes, the label of proxy request counters.

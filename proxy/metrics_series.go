@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/proxy/maven"
-	"registryd/proxy/upstream"
+	"registryd/maven"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // result is how a download was answered, the result label of

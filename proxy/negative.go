@@ -5,7 +5,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

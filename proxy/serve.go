@@ -13,7 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

@@ -29,8 +29,8 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // Fetcher is what the proxy needs of the upstream client.
@@ -388,7 +388,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 }
 
 // route dispatches on the raw path (never fasthttp's decoded, normalised
-// Path: proxy/maven judges the bytes as sent).
+// Path: package maven judges the bytes as sent).
 func (s *Server) route(x *exchange) (route, error) {
 	ctx := x.ctx
 	path := rawPath(ctx)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"registryd/proxy/maven"
+	"registryd/maven"
 	"registryd/store"
 )
 

@@ -10,9 +10,9 @@ import (
 	"errors"
 	"io"
 
-	"registryd/proxy/maven"
-	"registryd/proxy/upstream"
+	"registryd/maven"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // An upstream answer is untrusted input. The upstream client refuses what

@@ -29,8 +29,8 @@ import (
 	"registryd/cleanup"
 	"registryd/config"
 	"registryd/proxy"
-	"registryd/proxy/upstream"
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

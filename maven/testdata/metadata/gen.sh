@@ -4,8 +4,8 @@
 # repositories, offline (a mirror of everything to a missing directory keeps Maven
 # off the network; the plugins come from Debian's /usr/share/maven-repo).
 #   apt-get install -y maven libmaven-deploy-plugin-java libmaven-install-plugin-java
-# Run from proxy/maven/testdata/metadata, then review and refresh the expected
-# merges: go test ./proxy/maven -run TestMetadataGolden -update
+# Run from maven/testdata/metadata, then review and refresh the expected
+# merges: go test ./maven -run TestMetadataGolden -update
 #
 # Two things this cannot produce, hence the made-up cases in Maven Central's format:
 #   - group-level metadata with <plugins>: a plugin project builds offline here

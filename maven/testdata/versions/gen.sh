@@ -3,7 +3,7 @@
 # ComparableVersion. Needs a JDK and Debian's maven (maven3-artifact.jar, Maven 3.8.7,
 # whose ComparableVersion is the 3.9 one: MNG-7644 was backported to 3.8.x).
 #   apt-get install -y maven default-jdk-headless
-# Run from proxy/maven/testdata/versions.
+# Run from maven/testdata/versions.
 set -eu
 jar=${MAVEN_ARTIFACT_JAR:-/usr/share/java/maven3-artifact.jar}
 tmp=$(mktemp -d)
