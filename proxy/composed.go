@@ -1,0 +1,496 @@
+package proxy
+
+// Building, serving and keeping a composed answer (merged metadata, prefix
+// files) once compose.go has gathered every upstream's document.
+
+import (
+	"bytes"
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"registryd/maven"
+	"registryd/store"
+)
+
+// composedView is a composed answer, kept in memory while its inputs stand.
+type composedView struct {
+	gen     uint64
+	inputs  [sha256.Size]byte // digest of the inputs (see compose)
+	expires time.Time         // zero: while the generation stands
+	body    []byte
+	ctype   string
+	etag    string
+	lastMod string
+	merge   string
+	up      int64 // the one contributing upstream of a single answer
+	// Rendered once: X-Registryd-Merge ("" for a single document),
+	// Content-Disposition, and the merges_total counter of the outcome.
+	mergeHdr, disposition string
+	merges                prometheus.Counter
+	// digests of body, hex
+	sha1, md5, sha256, sha512 string
+	contributors              []contributor     // whose entries count a download
+	failures                  []upstreamFailure // every upstream without a document, and why
+	denied                    []denial          // the refusals to count again on every answer
+	res                       result            // how the inputs were got when built
+}
+
+type contributor struct {
+	up  int64
+	rel string
+}
+
+type denial struct {
+	up      *upstreamView
+	verdict maven.Verdict
+}
+
+// failed returns why upstream id could not give its document to v, while
+// v's partial answer stands; nil otherwise.
+func (v *composedView) failed(id int64, now time.Time) error {
+	if v == nil || v.merge != mergePartial || !v.fresh(now) {
+		return nil
+	}
+	for _, f := range v.failures {
+		if f.upstream == id && !isAbsent(f.err) && !isDenied(f.err) {
+			return f.err
+		}
+	}
+	return nil
+}
+
+func (v *composedView) fresh(now time.Time) bool {
+	return v.expires.IsZero() || now.Before(v.expires)
+}
+
+func (v *composedView) size() int64 { return int64(len(v.body)) + 512 }
+
+// inputClass is what an upstream gave a composed answer.
+type inputClass uint8
+
+const (
+	inputAbsent inputClass = iota
+	inputDocument
+	inputDenied
+	inputFailed
+)
+
+func (in *docInput) class() inputClass {
+	switch {
+	case in.err == nil:
+		return inputDocument
+	case isAbsent(in.err):
+		return inputAbsent
+	case isDenied(in.err):
+		return inputDenied
+	}
+	return inputFailed
+}
+
+// inputsDigest identifies what a composed answer is built from: the kind,
+// then per upstream in position order its id, what it gave (a document,
+// none, a refusal, a failure), its document's digest and the fingerprint of
+// its rules (which drop versions). Equal digests: the same answer.
+func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
+	h := sha256.New()
+	var b [9]byte
+	b[0] = byte(k)
+	h.Write(b[:1])
+	for i := range ins {
+		in := &ins[i]
+		binary.BigEndian.PutUint64(b[:8], uint64(in.up.id))
+		b[8] = byte(in.class())
+		h.Write(b[:])
+		if in.err == nil {
+			io.WriteString(h, in.digest)
+			io.WriteString(h, in.up.rulesKey)
+		}
+		h.Write([]byte{0})
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// compose builds the answer out of the inputs; prev, the view kept from
+// before, is reused when its inputs are the same (a new cache generation
+// seldom changes a document).
+func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
+	v := &composedView{gen: gen, inputs: inputsDigest(k, ins), res: resHit}
+	for i := range ins {
+		in := &ins[i]
+		switch {
+		case in.fetched:
+			v.res = resMiss
+		case in.stale && v.res == resHit:
+			v.res = resStale
+		}
+		if !in.expires.IsZero() && (v.expires.IsZero() || in.expires.Before(v.expires)) {
+			v.expires = in.expires
+		}
+		if de, ok := in.err.(*deniedError); ok {
+			v.denied = append(v.denied, denial{up: in.up, verdict: de.v})
+		}
+	}
+	if prev != nil && prev.inputs == v.inputs {
+		// The same documents: the same bytes.
+		w := *prev
+		w.gen, w.expires, w.res, w.denied = gen, v.expires, v.res, v.denied
+		return &w, nil
+	}
+	var err error
+	switch k {
+	case composeMetadata:
+		err = s.mergeMetadata(x, v, ins)
+	case composePrefixes:
+		err = s.mergePrefixes(v, ins)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v.merge == mergePartial {
+		pt := now.Add(s.cfg.Metadata.PartialTTL)
+		if v.expires.IsZero() || pt.Before(v.expires) {
+			v.expires = pt
+		}
+	}
+	v.digest()
+	if v.etag == "" { // the single document's own ETag is set already
+		v.etag = `"m` + hex.EncodeToString(v.inputs[:20]) + `"`
+	}
+	var newest time.Time
+	for i := range ins {
+		if in := &ins[i]; in.err == nil {
+			if in.updated.After(newest) {
+				newest = in.updated
+			}
+			if in.entry != "" {
+				v.contributors = append(v.contributors, contributor{up: in.up.id, rel: in.entry})
+			}
+		}
+	}
+	v.lastMod = string(fasthttp.AppendHTTPDate(nil, newest))
+	if v.merge != mergeSingle {
+		v.mergeHdr = mergeHeader(v)
+	}
+	p := x.path.EntryRel()
+	v.disposition = dispositionStart + p[strings.LastIndexByte(p, '/')+1:] + `"`
+	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), v.merge)
+	return v, nil
+}
+
+// mergeMetadata merges the maven-metadata.xml documents. An upstream's
+// versions that its rules refuse are left out of what it contributes. One
+// document, nothing left out and no upstream failed: its own bytes.
+func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
+	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	docs := make([]*maven.Metadata, len(ins))
+	var c maven.Coordinates
+	if x.reg.hasRules {
+		c = maven.RuleCoordinates(x.path)
+	}
+	found, single := 0, -1
+	for i := range ins {
+		in := &ins[i]
+		if in.err == nil {
+			body, err := in.read(s)
+			if err == nil {
+				docs[i], err = maven.ParseMetadata(bytes.NewReader(body), max)
+			}
+			if err != nil {
+				in.err = s.badInput(in, err)
+			} else {
+				found, single = found+1, i
+			}
+		}
+		if in.err != nil {
+			v.failures = append(v.failures, upstreamFailure{upstream: in.up.id, err: in.err})
+		}
+	}
+	if found == 0 {
+		x.miss = &missError{failures: v.failures}
+		return x.miss
+	}
+	v.merge = mergeComplete
+	for _, f := range v.failures {
+		if !isAbsent(f.err) && !isDenied(f.err) {
+			v.merge = mergePartial
+		}
+	}
+	dropped := false
+	keep := func(i int, version string) bool {
+		if c.ArtifactID == "" || ins[i].up.rules == nil || ins[i].up.rules.AllowsVersion(c, version) {
+			return true
+		}
+		dropped = true
+		return false
+	}
+	merged := maven.MergeMetadata(docs, keep)
+	v.ctype = maven.ContentType(maven.MetadataFile)
+	if found == 1 && v.merge == mergeComplete && !dropped {
+		in := &ins[single]
+		v.merge, v.body, v.up = mergeSingle, in.body, in.up.id
+		v.etag = `"` + in.digest + `"`
+		return nil
+	}
+	v.body = merged.Marshal()
+	return nil
+}
+
+// mergePrefixes answers the union of the upstreams' prefix files, or 404
+// when one has none or cannot give it: Maven's prefix filter refuses every
+// file outside the list, so a list missing an upstream's prefixes would
+// make it refuse files that upstream holds, where a 404 turns the filter
+// off for the registry.
+func (s *Server) mergePrefixes(v *composedView, ins []docInput) error {
+	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	lists := make([][]string, 0, len(ins))
+	for i := range ins {
+		in := &ins[i]
+		var list []string
+		body, err := in.read(s)
+		if err == nil {
+			list, err = maven.ParsePrefixes(bytes.NewReader(body), max)
+		}
+		if err != nil && in.err == nil {
+			err = s.badInput(in, err)
+		}
+		if err != nil {
+			return &apiError{status: fasthttp.StatusNotFound, body: jsonBody("message",
+				"404 Not Found - no prefix file: upstream "+strconv.FormatInt(in.up.id, 10)+" "+prefixAbsence(err))}
+		}
+		lists = append(lists, list)
+	}
+	v.merge, v.ctype = mergeComplete, maven.ContentType(maven.PrefixesFile)
+	v.body = maven.MergePrefixes(lists)
+	return nil
+}
+
+func prefixAbsence(err error) string {
+	if isAbsent(err) {
+		return "has none"
+	}
+	return "could not give one: " + failureReason(docError(err))
+}
+
+// badInput turns an upstream document that could not be read or merged
+// into that upstream's failure, remembered by the document's digest for
+// metadata.partial_ttl (see storedDoc). A blob file that has gone is
+// removed from the index, so the next answer fetches the document again.
+func (s *Server) badInput(in *docInput, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		s.log.Error("a cached document's blob file is missing; fetching it again",
+			"upstream", in.up.id, "path", in.entry, "blob", in.digest)
+		if in.entry != "" {
+			if derr := s.st.DeleteCacheEntry(in.up.id, in.entry); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+				s.log.Warn("removing the entry of a missing blob", "upstream", in.up.id, "path", in.entry, "err", derr)
+			}
+		}
+		return errBlobGone
+	}
+	err = docError(err)
+	s.composed.rememberBad(in.digest, err, s.now().Add(s.cfg.Metadata.PartialTTL))
+	return err
+}
+
+// docError is an upstream document that could not be read or parsed, as
+// that upstream's failure.
+func docError(err error) error {
+	if errors.Is(err, maven.ErrBadMetadata) || errors.Is(err, maven.ErrBadPrefixes) {
+		return &refusedError{label: refusedAnswer, reason: "malformed document: " + docReason(err)}
+	}
+	return err
+}
+
+// docReason is the parser's client-safe reason, without its package prefix.
+func docReason(err error) string {
+	r := err.Error()
+	if i := strings.LastIndex(r, ": "); i >= 0 && i+2 < len(r) {
+		return r[i+2:]
+	}
+	return r
+}
+
+func (v *composedView) digest() {
+	hs := [...]hash.Hash{sha1.New(), md5.New(), sha256.New(), sha512.New()}
+	out := [...]*string{&v.sha1, &v.md5, &v.sha256, &v.sha512}
+	for i, h := range hs {
+		h.Write(v.body)
+		*out[i] = hex.EncodeToString(h.Sum(nil))
+	}
+}
+
+// serveComposed answers x from v: the document, or one of its digests.
+func (s *Server) serveComposed(x *exchange, v *composedView) error {
+	ctx, p := x.ctx, x.path
+	x.merge, x.up = v.merge, v.up
+	if v.merge == mergePartial {
+		x.miss = &missError{failures: v.failures}
+	}
+	v.merges.Inc()
+	h := &ctx.Response.Header
+	if v.mergeHdr != "" {
+		h.SetCanonical(hdrMerge, s2b(v.mergeHdr))
+	}
+	if p.Kind == maven.Checksum {
+		s.writeDigest(x, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
+		if !ctx.IsHead() {
+			s.countComposed(v)
+		}
+		return nil
+	}
+	h.SetContentType(v.ctype)
+	h.SetCanonical(hdrETag, s2b(v.etag))
+	h.SetCanonical(hdrLastModified, s2b(v.lastMod))
+	h.SetCanonical(hdrDisposition, s2b(v.disposition))
+	h.SetCanonical(hdrChecksumSHA1, s2b(v.sha1))
+	h.SetCanonical(hdrChecksumMD5, s2b(v.md5))
+	h.SetCanonical(hdrNosniff, valNosniff)
+	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagListMatches(inm, v.etag) {
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return nil
+	}
+	if ctx.IsHead() {
+		h.SetContentLength(len(v.body))
+		return nil
+	}
+	// Immutable once built: fasthttp writes it without a copy.
+	ctx.Response.SetBodyRaw(v.body)
+	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(v.body)))
+	s.countComposed(v)
+	return nil
+}
+
+// countComposed counts a download of every entry that went into v (GETs
+// only, as for any file: not HEAD, not 304).
+func (s *Server) countComposed(v *composedView) {
+	now := s.now()
+	for _, c := range v.contributors {
+		s.downloads.add(c.up, c.rel, now)
+	}
+}
+
+// mergeHeader is X-Registryd-Merge: "complete", or "partial; missing=2,5"
+// naming the upstreams that failed.
+func mergeHeader(v *composedView) string {
+	if v.merge != mergePartial {
+		return v.merge
+	}
+	var b strings.Builder
+	b.WriteString("partial; missing=")
+	n := 0
+	for _, f := range v.failures {
+		if isAbsent(f.err) || isDenied(f.err) {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(f.upstream, 10))
+		n++
+	}
+	return b.String()
+}
+
+// --- the composed answers kept in memory ---
+
+// composedCache holds composed answers by (registry, path), bounded by
+// metadata.memory_bytes; each is checked against the cache generation and
+// its expiry on use.
+type composedCache struct {
+	mu    sync.Mutex
+	lru   *simplelru.LRU[entryKey, *composedView]
+	bytes int64
+	max   int64
+	// bad are upstream documents (by SHA-256) that could not be merged.
+	bad *simplelru.LRU[string, badDoc]
+}
+
+// badDoc is why a document could not be merged, and until when that
+// stands without asking its upstream again.
+type badDoc struct {
+	err   error
+	until time.Time
+}
+
+// rememberBad records a document that could not be merged.
+func (c *composedCache) rememberBad(digest string, err error, until time.Time) {
+	if digest == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bad.Add(digest, badDoc{err: err, until: until})
+}
+
+// badDoc returns the failure of a document known not to merge while it
+// stands (nil after), and whether the document is known bad at all: one
+// whose failure has expired must be revalidated before it is used again.
+func (c *composedCache) badDoc(digest string, now time.Time) (*badDoc, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.bad.Get(digest)
+	if !ok {
+		return nil, false
+	}
+	if now.Before(b.until) {
+		return &b, true
+	}
+	c.bad.Remove(digest)
+	return nil, true
+}
+
+// composedEntries bounds the number of answers kept, whatever their size.
+const composedEntries = 8192
+
+func newComposedCache(max int64) (*composedCache, error) {
+	c := &composedCache{max: max}
+	var err error
+	c.lru, err = simplelru.NewLRU[entryKey, *composedView](composedEntries, func(_ entryKey, v *composedView) {
+		c.bytes -= v.size()
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.bad, err = simplelru.NewLRU[string, badDoc](composedEntries, nil)
+	return c, err
+}
+
+func (c *composedCache) get(k entryKey) *composedView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, _ := c.lru.Get(k)
+	return v
+}
+
+func (c *composedCache) add(k entryKey, v *composedView) {
+	if v.size() > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Remove(k) // its eviction callback takes the old answer's bytes off
+	c.lru.Add(k, v)
+	c.bytes += v.size()
+	for c.bytes > c.max {
+		if _, _, ok := c.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
+}

@@ -1,0 +1,584 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"registryd/maven"
+	"registryd/store"
+	"registryd/upstream"
+)
+
+// memBodyMax is the largest body a fill reads whole before it answers
+// (most POMs and metadata files): one write then carries a client's headers
+// and body, where streaming a body of a few KB behind the fill costs every
+// client a header write, an open of the temp file, a wait for the fill and
+// two sendfiles (the last byte waits for the clean end), and makes the first
+// byte wait for the temp file. On a herd of 32 for a 1 KB file that took the
+// answer from about 1 ms after the upstream's to about 3.
+const memBodyMax = sendfileMin
+
+// errLongBody is a body that went on past its Content-Length.
+var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than its Content-Length"}
+
+// fill runs one flight to its end.
+func (s *Server) fill(f *flight) {
+	defer s.fills.Done()
+	defer f.release()
+	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
+	defer cancel()
+
+	// Wait for a slot of the upstream's cap, then for the health tracker's
+	// leave: an upstream that turned unhealthy while this fill queued is
+	// not asked.
+	release, err := s.gates.acquire(ctx, f.up.id)
+	defer release()
+	f.freeSlot = release
+	if err != nil {
+		if s.fillCtx.Err() != nil {
+			err = errShutdown
+		}
+		f.decide(flightFailed, err)
+		f.finish(store.CacheEntry{}, nil)
+		return
+	}
+	tk, ok := s.health.Begin(f.up.id)
+	if !ok {
+		s.met.skipped.WithLabelValues(f.up.label, skipUnhealthy).Inc()
+		f.decide(flightFailed, s.unavailable(f.up.id))
+		f.finish(store.CacheEntry{}, nil)
+		return
+	}
+	f.ticket = tk
+	epoch := s.st.ForgetEpoch(f.up.id)
+
+	start := time.Now()
+	var temp *pendingTemp
+	if !f.reval && s.blobs.DiskStatus().Filling {
+		temp = s.prepareTemp()
+	}
+	// Outcomes without a body drop the prepared temp file before the
+	// flight is done: once it is, nothing of it is left in DATA_DIR/tmp.
+	noBody := func(kind flightKind, err error) {
+		f.decide(kind, err)
+		temp.drop()
+		f.finish(store.CacheEntry{}, nil)
+	}
+	get := s.up.Get
+	if f.reval {
+		get = s.up.Revalidate
+	}
+	resp, err := get(ctx, f.up.ep, f.key.rel, f.etag)
+	if s.fillCtx.Err() != nil && err != nil {
+		err = errShutdown
+	}
+	s.judge(tk, err)
+	if err != nil {
+		s.met.upstream(f.up, outcomeOf(err), start)
+		switch {
+		case errors.Is(err, upstream.ErrNotFound):
+			if f.reval {
+				s.dropGone(f)
+			}
+			s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
+			noBody(flightNotFound, nil)
+		case errors.Is(err, upstream.ErrBadAnswer):
+			noBody(flightFailed, s.refuse(f, err))
+		default:
+			noBody(flightFailed, err)
+		}
+		return
+	}
+	defer resp.Body.Close()
+
+	if resp.Status == fasthttp.StatusNotModified || (f.etag != "" && resp.ETag == f.etag) {
+		if f.etag == "" {
+			s.met.upstream(f.up, outcomeServerError, start)
+			noBody(flightFailed, errUnexpected304)
+			return
+		}
+		s.met.upstream(f.up, outcomeNotModified, start)
+		if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
+		}
+		noBody(flightNotModified, nil)
+		return
+	}
+	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
+
+	if resp.ContentLength > s.maxFile {
+		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
+		noBody(flightFailed, errTooLarge)
+		return
+	}
+	exp, err := s.admit(ctx, f, resp)
+	if err != nil {
+		temp.drop()
+		s.failBody(f, err)
+		return
+	}
+	f.size = resp.ContentLength
+	f.ctype = resp.ContentType
+	if f.ctype == "" {
+		f.ctype = maven.ContentType(f.key.rel)
+	}
+	f.hdrSHA1, f.hdrMD5 = exp.sha1, exp.md5
+	// A body that is (or may be, when its length is unknown) small is read
+	// whole before anyone is answered; a longer one streams on from what
+	// was read of it.
+	var head []byte
+	if f.size <= memBodyMax {
+		var whole bool
+		head, whole, err = readHead(resp.Body, f.size)
+		if err != nil {
+			temp.drop()
+			s.failBody(f, err)
+			return
+		}
+		if whole {
+			if int64(len(head)) > s.maxFile {
+				temp.drop()
+				s.failBody(f, errTooLarge)
+				return
+			}
+			f.size = int64(len(head))
+			s.fillSmall(f, resp, head, exp, temp)
+			return
+		}
+	}
+	body, err := s.sniff(f, head, resp.Body)
+	if err != nil {
+		temp.drop()
+		s.failBody(f, err)
+		return
+	}
+	unreserve, room := s.blobs.Reserve(f.size)
+	defer unreserve()
+	if !room {
+		temp.drop()
+		s.passThrough(ctx, f, resp, body, exp, nil, nil, diskStageBefore, nil)
+		return
+	}
+	w, rf, err := temp.take(s)
+	if store.IsDiskFull(err) {
+		s.passThrough(ctx, f, resp, body, exp, nil, nil, diskStageWrite, err)
+		return
+	}
+	if err != nil {
+		s.failBeforeStream(f, err)
+		return
+	}
+	f.file = rf
+	if !f.reval {
+		f.decide(flightStreaming, nil)
+		// The requests waiting for this answer were readied onto this P,
+		// which the copy below keeps busy without ever blocking when the
+		// upstream is fast: let them send their headers first.
+		runtime.Gosched()
+	}
+
+	if err := s.copyBody(f, body, w); err != nil {
+		if df := (*diskFullError)(nil); errors.As(err, &df) {
+			s.passThrough(ctx, f, resp, body, exp, w, df.rest, diskStageWrite, df.err)
+			return
+		}
+		w.Abort()
+		s.failBody(f, err)
+		return
+	}
+	// The upstream connection goes back to the pool, and its slot to the
+	// next request, before the hashing and the fsync.
+	resp.Body.Close()
+	f.freeSlot()
+	// With checksums to check, the last byte waits for the digests: no
+	// client may hold a complete-looking body that does not match them. A
+	// revalidation answers nothing before its body is verified, the stored
+	// copy being the answer until then. Otherwise the clients finish at
+	// once and the hashing (usually done by now, see store.BlobWriter) ends
+	// behind them.
+	verifyFirst := exp.any() || f.reval
+	var d store.Digests
+	var unsynced error // a full disk failed the fsync: the body is whole, but not stored
+	if verifyFirst {
+		d, err = w.Finish()
+		if store.IsDiskFull(err) && d.SHA256 != "" {
+			unsynced, err = err, nil
+		}
+		if err == nil {
+			err = exp.check(d)
+		}
+		if err != nil {
+			w.Abort()
+			s.failBody(f, err)
+			return
+		}
+		f.setDigests(d)
+	}
+	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
+	f.completed()
+	if f.reval {
+		f.decide(flightStreaming, nil)
+	}
+	if !verifyFirst {
+		if d, err = w.Finish(); d.SHA256 != "" {
+			f.setDigests(d)
+		}
+	}
+	if err == nil {
+		err = unsynced
+	}
+	if s.onComplete != nil {
+		s.onComplete()
+	}
+	var entry store.CacheEntry
+	if err == nil {
+		entry, err = s.publish(f, w, d, resp.ETag)
+	}
+	if err != nil {
+		w.Abort()
+		s.storeFailed(f, w.Size(), err)
+		if store.IsDiskFull(err) && d.SHA256 != "" {
+			entry, err = f.uncachedEntry(d), errNotCached
+		}
+	} else {
+		s.diskOK()
+	}
+	f.finish(entry, err)
+}
+
+// publish makes the verified body of f the cache entry of its upstream and
+// path.
+func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
+	s.marks.forget(f.up.id, f.key.rel)
+	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
+		UpstreamID:   f.up.id,
+		RelativePath: f.relSlash,
+		ContentType:  f.ctype,
+		ETag:         etag,
+		CheckedAt:    s.now().UTC().Truncate(time.Millisecond),
+	})
+}
+
+func (s *Server) storeFailed(f *flight, size int64, err error) {
+	s.met.storeErrors.Inc()
+	if store.IsDiskFull(err) {
+		s.diskFull(diskStageStore, f, err)
+		return
+	}
+	s.log.Error("storing a fill failed; its clients got the whole file, nothing was cached",
+		"upstream", f.up.id, "path", f.relSlash, "bytes", size, "err", err)
+}
+
+// failBody ends a flight whose body broke, or was refused, before it was
+// complete. Clients already streaming it end short (the headers promised
+// more), so none holds a complete-looking wrong file. When none was
+// answered yet (a small body, a revalidation), the flight fails like an
+// upstream error: the next upstream is asked, or the stored copy served.
+func (s *Server) failBody(f *flight, err error) {
+	if s.fillCtx.Err() != nil && !refusal(err) {
+		err = errShutdown
+	}
+	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
+	if _, after, ok := upstream.Classify(err); ok {
+		// The body broke (reset, idle timeout, cut short): the answer's
+		// headers counted as a success; this counts as an error answer.
+		s.health.Failure(f.ticket, upstream.FailSoft, failureReason(err), after)
+	}
+	switch {
+	case refusal(err):
+		s.refuse(f, err)
+	case !errors.Is(err, errShutdown):
+		s.log.Warn("fill failed; nothing cached", "upstream", f.up.id, "path", f.relSlash, "err", err)
+	}
+	if !f.decided() {
+		f.decide(flightFailed, err)
+		f.finish(store.CacheEntry{}, nil)
+		return
+	}
+	f.finish(store.CacheEntry{}, err)
+}
+
+// dropGone removes the stale entry of a revalidation that the upstream now
+// answers 404 or 410 for: resolution goes on down the list and stores the
+// file where it is found, which this entry would otherwise shadow on every
+// request.
+func (s *Server) dropGone(f *flight) {
+	switch err := s.st.DeleteCacheEntry(f.up.id, f.relSlash); {
+	case err == nil:
+		s.log.Info("the upstream no longer has a cached file; its entry was removed",
+			"upstream", f.up.id, "path", f.relSlash)
+	case !errors.Is(err, store.ErrNotFound):
+		s.log.Warn("removing an entry its upstream no longer has", "upstream", f.up.id, "path", f.relSlash, "err", err)
+	}
+}
+
+// readHead reads a body that is at most memBodyMax bytes long, or may be:
+// size bytes and a clean end when size is known, else up to memBodyMax+1
+// bytes. whole reports that the body ended cleanly within them; when it did
+// not (a longer body of unknown length), head is the part read, for the
+// rest to stream on from.
+func readHead(r io.Reader, size int64) (head []byte, whole bool, err error) {
+	if size < 0 {
+		head = make([]byte, memBodyMax+1)
+		n, eof, err := readFull(r, head)
+		if err != nil {
+			return nil, false, err
+		}
+		return head[:n], eof, nil
+	}
+	head = make([]byte, size)
+	n, eof, err := readFull(r, head)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case int64(n) < size:
+		return nil, false, errShortBody
+	case !eof:
+		// The end must come clean too: a body longer than its
+		// Content-Length is refused by the upstream client here.
+		var one [1]byte
+		switch m, rerr := r.Read(one[:]); {
+		case m > 0:
+			return nil, false, errLongBody
+		case rerr != io.EOF && rerr != nil:
+			return nil, false, rerr
+		case rerr == nil:
+			return nil, false, io.ErrNoProgress
+		}
+	}
+	return head, true, nil
+}
+
+// readFull reads into buf until it is full or the body ends (eof). Unlike
+// io.ReadFull it never turns an early end into an error, nor a reader's own
+// io.ErrUnexpectedEOF (a cut chunked body) into an early end.
+func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			return n, true, nil
+		}
+		if err != nil {
+			return n, false, err
+		}
+	}
+	return n, false, nil
+}
+
+// fillSmall runs the rest of a flight whose body was read whole (see
+// readHead): it is sniffed and checked against the upstream's checksums
+// before any client is answered. A body that is refused fails the flight
+// like an upstream error (the next upstream is asked); a good one goes to
+// every client in one write with its digests. The temp file is written,
+// hashed, fsynced and published afterwards, off the clients' path; a
+// failure there is logged and counted, and caches nothing.
+func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
+	var err error
+	var d store.Digests
+	switch {
+	case len(body) == 0 && maven.Binary(f.key.rel):
+		err = &refusedError{label: refusedEmpty, reason: "answered an empty body for a binary file"}
+	case maven.LooksLikeHTML(f.key.rel, body[:min(len(body), maven.SniffLen)]):
+		err = &refusedError{label: refusedHTML, reason: "answered a web page for a file that is not HTML"}
+	}
+	if err == nil {
+		d = smallDigests(body, exp.sha256 != "")
+		err = exp.check(d)
+	}
+	if err != nil {
+		temp.drop()
+		s.failBody(f, err)
+		return
+	}
+	resp.Body.Close()
+	f.freeSlot()
+	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
+	s.met.fetched.Add(float64(len(body)))
+	f.mem, f.written, f.complete = body, f.size, true
+	f.setDigests(d)
+	f.decide(flightStreaming, nil)
+	if s.onComplete != nil {
+		s.onComplete()
+	}
+
+	unreserve, room := s.blobs.Reserve(f.size)
+	defer unreserve()
+	if !room {
+		temp.drop()
+		s.diskFull(diskStageBefore, f, nil)
+		f.finish(f.uncachedEntry(hashAll(body)), errNotCached)
+		return
+	}
+	w, rf, err := temp.take(s)
+	var entry store.CacheEntry
+	if err == nil {
+		rf.Close()
+		_, err = w.Write(body)
+		if err == nil {
+			d, err = w.Finish()
+		}
+		if err == nil {
+			entry, err = s.publish(f, w, d, resp.ETag)
+		}
+		if err != nil {
+			w.Abort()
+		}
+	}
+	if err != nil {
+		s.storeFailed(f, int64(len(body)), err)
+		if store.IsDiskFull(err) {
+			entry, err = f.uncachedEntry(hashAll(body)), errNotCached
+		}
+	} else {
+		s.diskOK()
+	}
+	f.finish(entry, err)
+}
+
+// sent counts a response that got the whole body, as a download of the
+// cached file: at once when the entry exists, by finish once it does.
+func (f *flight) countSent() {
+	f.mu.Lock()
+	count := false
+	if f.finished {
+		count = f.final == nil
+	} else {
+		f.sent++
+	}
+	f.mu.Unlock()
+	if count {
+		f.s.downloads.add(f.up.id, f.relSlash, f.s.now())
+	}
+}
+
+// pendingTemp is the temp file for a body (the blob writer and a read
+// descriptor for the flight), created while the upstream is being asked:
+// creating a file costs from tens of microseconds to over half a millisecond
+// (this machine's ext4, under load), as much as the upstream's answer on a
+// local network, and a client would wait for it before its first byte. Only
+// plain GETs prepare one, since revalidations mostly end in 304; an answer
+// that brings no body drops it.
+type pendingTemp struct {
+	done  chan struct{}
+	w     *store.BlobWriter
+	rf    *os.File
+	err   error
+	taken bool
+}
+
+func (s *Server) prepareTemp() *pendingTemp {
+	t := &pendingTemp{done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		t.w, t.rf, t.err = s.createTemp()
+	}()
+	return t
+}
+
+func (s *Server) createTemp() (*store.BlobWriter, *os.File, error) {
+	w, err := s.blobs.Create()
+	if err != nil {
+		return nil, nil, err
+	}
+	rf, err := os.Open(w.Name())
+	if err != nil {
+		w.Abort()
+		return nil, nil, err
+	}
+	return w, rf, nil
+}
+
+// take returns the prepared temp file, waiting for it, or creates one when
+// none was prepared (t is nil).
+func (t *pendingTemp) take(s *Server) (*store.BlobWriter, *os.File, error) {
+	if t == nil {
+		return s.createTemp()
+	}
+	<-t.done
+	t.taken = true
+	return t.w, t.rf, t.err
+}
+
+// drop removes a prepared temp file that was not taken.
+func (t *pendingTemp) drop() {
+	if t == nil || t.taken {
+		return
+	}
+	<-t.done
+	if t.w != nil {
+		t.rf.Close()
+		t.w.Abort()
+	}
+}
+
+func (s *Server) failBeforeStream(f *flight, err error) {
+	s.log.Error("starting a fill", "upstream", f.up.id, "path", f.relSlash, "err", err)
+	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
+	f.decide(flightFailed, err)
+	f.finish(store.CacheEntry{}, nil)
+}
+
+// copyBody copies the body to the blob writer, publishing progress, and
+// checks that it ended cleanly with the announced length.
+func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if w.Size()+int64(n) > s.maxFile {
+				return errTooLarge
+			}
+			if m, err := w.Write(buf[:n]); err != nil {
+				if store.IsDiskFull(err) {
+					return &diskFullError{err: err, rest: bytes.Clone(buf[m:n])}
+				}
+				return err
+			}
+			s.met.fetched.Add(float64(n))
+			f.progress(w.Size())
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if s.fillCtx.Err() != nil {
+				return errShutdown
+			}
+			return rerr
+		}
+	}
+	if f.size >= 0 && w.Size() != f.size {
+		return errShortBody
+	}
+	return nil
+}
+
+// outcomeOf sorts an upstream error for the requests metric.
+func outcomeOf(err error) string {
+	var se *upstream.StatusError
+	switch {
+	case errors.As(err, &se):
+		switch {
+		case errors.Is(err, upstream.ErrNotFound):
+			return outcomeNotFound
+		case se.Code >= 500:
+			return outcomeServerError
+		}
+		return outcomeClientError
+	case errors.Is(err, upstream.ErrTimeout):
+		return outcomeTimeout
+	case errors.Is(err, upstream.ErrBadAnswer):
+		return outcomeRefused
+	}
+	return outcomeNetwork
+}
