@@ -238,9 +238,12 @@ type Cache struct {
 	// past it, entries are evicted least recently downloaded first until
 	// the blobs take 90% of it. 0 sets no budget. Default 0.
 	MaxBytes ByteSize `yaml:"max_bytes"`
-	// MinFreeFraction is the share of the data volume kept free: below it,
-	// entries are evicted least recently downloaded first until 2 points
-	// more of the volume are free. 0 turns it off; at most 0.5. Default 0.05.
+	// MinFreeFraction is the share of the data volume kept free: no new
+	// file is cached below it, and entries are evicted least recently
+	// downloaded first until 2 points more of the volume are free. Off by
+	// default: on a volume shared with other data it would give the whole
+	// cache away to them (docs/operations.md). 0 turns it off; at most 0.5.
+	// Default 0.
 	MinFreeFraction float64 `yaml:"min_free_fraction"`
 }
 
@@ -337,7 +340,6 @@ func Default() Config {
 			FlushInterval:      time.Second,
 			MemoryBytes:        32 * MiB,
 			MemoryMaxFileBytes: 64 * KiB,
-			MinFreeFraction:    0.05,
 		},
 		Metadata: Metadata{
 			MaxDocumentBytes: 16 * MiB,

@@ -503,7 +503,7 @@ func TestAccessLogSettings(t *testing.T) {
 }
 
 func TestDiskBudgetSettings(t *testing.T) {
-	if cfg := Default(); cfg.Cache.MaxBytes != 0 || cfg.Cache.MinFreeFraction != 0.05 {
+	if cfg := Default(); cfg.Cache.MaxBytes != 0 || cfg.Cache.MinFreeFraction != 0 {
 		t.Fatalf("defaults: max_bytes %d, min_free_fraction %v", cfg.Cache.MaxBytes, cfg.Cache.MinFreeFraction)
 	}
 	cfg, err := Load("", []string{"REGISTRYD_CACHE_MAX_BYTES=200GiB", "REGISTRYD_CACHE_MIN_FREE_FRACTION=0.1"})

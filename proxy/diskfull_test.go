@@ -306,3 +306,121 @@ func TestDiskFullUpload(t *testing.T) {
 	r.expectMessage(t, "message", "507 Insufficient Storage - the data volume is full")
 	e.noBrokenState()
 }
+
+// slowClientFlight starts an uncached flight of a large file with two
+// clients: one reads it all (in the background; its answer comes on the
+// returned channel), the other reads 1000 bytes and stops (the returned
+// response, for the caller to close). The flight goes uncached mid-body
+// (a write fault), after both joined it.
+func (e *env) slowClientFlight(up *fakeUpstream, body []byte) (<-chan resp, *http.Response) {
+	e.t.Helper()
+	up.set(jarPath, fakeFile{body: body, fault: faultHold})
+	e.blobs.SetWriteFault(store.ENOSPCAfter(int64(len(body))/2 + spillChunk))
+	joined := make(chan struct{}, 4)
+	e.srv.onJoin = func() { joined <- struct{}{} }
+	fast := make(chan resp, 1)
+	go func() {
+		fast <- e.do(http.MethodGet, "/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil, "Private-Token", rootToken)
+	}()
+	<-up.midBody
+	slow := e.startHeld(jarPath)
+	<-joined
+	e.srv.onJoin = nil
+	if _, err := io.ReadFull(slow.Body, make([]byte, 1000)); err != nil {
+		e.t.Fatal(err)
+	}
+	up.releaseHeld()
+	return fast, slow
+}
+
+// TestDiskFullSlowClient: a client that stops reading an uncached download
+// holds back the others of its flight for spillStall at most: then it is
+// cut off (its response ends short), the others get the whole file, and
+// the upstream, which did nothing wrong, is not charged for it.
+func TestDiskFullSlowClient(t *testing.T) {
+	e := newEnv(t)
+	e.fakeVolume(50 * gib)
+	e.srv.spillStall = 20 * time.Millisecond
+	up := newFakeUpstream(t)
+	uid := e.upstream(up.URL, nil, nil)
+	body := jarBytes(jarPath, 4*spillWindow+777)
+	fastc, slow := e.slowClientFlight(up, body)
+	r := (<-fastc).expect(t, 200)
+	if !bytes.Equal(r.body, body) {
+		t.Fatalf("the fast client got %d bytes, want the %d of the file", len(r.body), len(body))
+	}
+	if got := e.metric("registryd_cache_uncached_slow_client_cuts_total"); got < 1 {
+		t.Fatalf("slow client cuts = %v, want at least 1", got)
+	}
+	rest, err := io.ReadAll(slow.Body)
+	if err == nil || 1000+len(rest) >= len(body) {
+		t.Fatalf("the stalled client read %d more bytes, err %v: want its response cut short", len(rest), err)
+	}
+	slow.Body.Close()
+	e.client.CloseIdleConnections()
+	e.waitFills()
+	e.expectUncached(uid, jarPath)
+	if got := e.metric("registryd_upstream_requests_total", "outcome", "ok"); got != 1 {
+		t.Fatalf("upstream requests ok = %v, want 1 (the body was whole)", got)
+	}
+	if st := e.srv.health.Status(uid); st.Failures != 0 || st.LastError != "" {
+		t.Fatalf("upstream health %+v after a client stalled", st)
+	}
+}
+
+// TestDiskFullAllClientsStalled: when every client of an uncached download
+// stops reading, the flight ends after spillStall (the upstream connection
+// and its concurrency slot are given back), and the upstream's health is
+// not charged.
+func TestDiskFullAllClientsStalled(t *testing.T) {
+	e := newEnv(t)
+	e.fakeVolume(50 * gib)
+	e.srv.spillStall = 20 * time.Millisecond
+	up := newFakeUpstream(t)
+	uid := e.upstream(up.URL, nil, nil)
+	body := jarBytes(jarPath, 4*spillWindow)
+	up.set(jarPath, fakeFile{body: body, fault: faultHold})
+	e.blobs.SetWriteFault(store.ENOSPCAfter(int64(len(body))/2 + spillChunk))
+	slow := e.startHeld(jarPath)
+	if _, err := io.ReadFull(slow.Body, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	<-up.midBody
+	up.releaseHeld()
+	e.waitFills() // returns while the client still holds its response
+	if got := e.metric("registryd_upstream_requests_total", "outcome", "aborted"); got != 1 {
+		t.Fatalf("aborted upstream requests = %v, want 1", got)
+	}
+	if st := e.srv.health.Status(uid); st.Failures != 0 || st.LastError != "" {
+		t.Fatalf("upstream health %+v: the client stalled, not the upstream", st)
+	}
+	slow.Body.Close()
+	e.client.CloseIdleConnections()
+	e.expectUncached(uid, jarPath)
+}
+
+// TestDiskFullSidecarMemo: the checksum sidecars Maven asks for right after
+// a file streamed uncached answer from that file's digests, without a
+// second fetch of the file; once the memo expires, a sidecar fetches the
+// file again (only its digests answer a sidecar).
+func TestDiskFullSidecarMemo(t *testing.T) {
+	e := newEnv(t)
+	e.fakeVolume(0)
+	up := newFakeUpstream(t)
+	body := jarBytes(jarPath, 3<<20)
+	md5hex, sha1hex, _, _ := digests(body)
+	up.set(jarPath, fakeFile{body: body})
+	uid := e.upstream(up.URL, nil, nil)
+	e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+	e.get(jarPath+".sha1").expect(t, 200).expectBody(t, sha1hex)
+	e.get(jarPath+".md5").expect(t, 200).expectBody(t, md5hex)
+	if got := up.calls(jarPath); got != 1 {
+		t.Fatalf("upstream GETs of the file = %d, want 1", got)
+	}
+	e.expectUncached(uid, jarPath)
+	e.clock.Advance(uncachedSumsTTL)
+	e.get(jarPath+".sha1").expect(t, 200).expectBody(t, sha1hex)
+	if got := up.calls(jarPath); got != 2 {
+		t.Fatalf("upstream GETs of the file = %d after the memo expired, want 2", got)
+	}
+}

@@ -517,6 +517,14 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		if up.id == skip {
 			continue
 		}
+		if x.path.Kind == maven.Checksum {
+			// The file was just streamed uncached (a full disk): its
+			// digests answer, rather than fetching it all again.
+			if e, ok := s.uncached.recall(up.id, rel, s.now()); ok {
+				x.up = up.id
+				return s.serveDigest(x, &e)
+			}
+		}
 		t := s.askFor(up, rel, seen)
 		if t.err != nil {
 			failures = append(failures, upstreamFailure{upstream: up.id, err: t.err})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,20 @@ func TestEvictFreeFraction(t *testing.T) {
 	}
 	if n, _ := e.blobs.Stats(); n != 0 {
 		t.Fatalf("%d blobs left", n)
+	}
+	// Still below the mark (others' data, not ours): a miss is served
+	// uncached rather than written and evicted at the next check.
+	e.setFree(vol, 450<<10) // 4.4%: above the 1% reserve, below the 5% mark
+	e.get(paths[0]).expect(t, 200)
+	e.expectUncached(uid, paths[0])
+	if st := e.blobs.DiskStatus(); st.Filling || !strings.Contains(st.Reason, "cache.min_free_fraction") {
+		t.Fatalf("disk status %+v, want not filling below cache.min_free_fraction", st)
+	}
+	// Room again above the mark: fills cache by themselves.
+	e.setFree(vol, 1<<20)
+	e.get(paths[0]).expect(t, 200)
+	if _, ok := e.entry(uid, "/"+paths[0]); !ok {
+		t.Fatal("not cached with the volume back above the mark")
 	}
 }
 

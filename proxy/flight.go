@@ -244,6 +244,9 @@ func (f *flight) finish(entry store.CacheEntry, err error) {
 	f.closeDigestsLocked()
 	f.mu.Unlock()
 	close(w)
+	if errors.Is(err, errNotCached) && entry.SHA1 != "" {
+		f.s.uncached.remember(f.up.id, f.key.rel, entry, f.s.now())
+	}
 	if err == nil {
 		now := f.s.now()
 		for range sent {

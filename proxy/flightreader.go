@@ -40,6 +40,10 @@ func (r *flightReader) next() (int64, error) {
 		written, wake := f.written, f.wake
 		r.memFrom = f.pass.memFromLocked()
 		if f.pass.on {
+			if r.off >= r.memFrom && r.off < f.pass.base {
+				f.mu.Unlock() // cut off (cutLaggardsLocked): what it needs is gone
+				return 0, errSlowReader
+			}
 			f.registerLocked(r)
 		}
 		if !f.complete && written == f.size && written > 0 {

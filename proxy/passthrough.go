@@ -36,9 +36,14 @@ import (
 // The memory is a window, not the whole body: pieces of spillChunk bytes,
 // at most spillWindow of them at once per flight. A piece is dropped once
 // every reader has sent it; when the window is full the fill stops reading
-// the upstream until the slowest reader moves on (so a client that stalls
-// holds back the others of its flight, as it would hold back a plain proxy,
-// and an upstream that gives up on a stalled read ends them all short).
+// the upstream until the slowest reader moves on, but for spillStall at
+// most: then the pieces the fastest reader has sent go, and the readers
+// behind it end short (errSlowReader), so that one stalled client holds
+// back neither the others of its flight nor, for long, the upstream's
+// connection and its concurrency slot. When every reader is stalled the
+// flight ends (errStalledReaders), charged to nobody's health. All uncached
+// flights together hold at most spillBudget: past it, each flight goes on
+// with one piece at a time (lockstep with its readers).
 // That needs the set of readers to be known: an uncached flight leaves the
 // flight map at once, so that no request joins it any more (a later request
 // for the file starts its own flight, uncached too while the disk is full),
@@ -59,6 +64,16 @@ const (
 	spillChunk = copyBufSize
 	// spillWindow bounds the memory of one uncached flight.
 	spillWindow = 8 << 20
+	// spillBudget bounds the memory of all uncached flights together: 20
+	// flights with full windows (one upstream's default concurrency) and a
+	// few more, while a herd of large misses on a full disk on many
+	// upstreams cannot exhaust the process.
+	spillBudget = 256 << 20
+	// spillStall is how long a fill waits for the readers of a full window
+	// before it cuts off those behind the fastest. Well under the idle
+	// timeouts of upstream servers (nginx's send_timeout is 60 s), so the
+	// upstream does not give up on us for a client's stall.
+	spillStall = 10 * time.Second
 )
 
 var spillBufs = sync.Pool{New: func() any { b := make([]byte, spillChunk); return &b }}
@@ -75,6 +90,13 @@ var (
 	// errNoReaders ends an uncached flight whose clients are all gone:
 	// there is nothing to store, so nothing to fetch.
 	errNoReaders = errors.New("every client of the uncached fill is gone")
+	// errSlowReader ends the response of a client that fell behind an
+	// uncached flight's window (spillStall): the bytes it needs next are
+	// gone.
+	errSlowReader = errors.New("the client fell too far behind an uncached download")
+	// errStalledReaders ends an uncached flight whose every reader stalled
+	// for spillStall with the window full.
+	errStalledReaders = errors.New("every client of the uncached fill stopped reading")
 )
 
 // Stages of registryd_cache_fill_disk_full_total.
@@ -160,6 +182,15 @@ func (f *flight) dropChunksLocked(n int) {
 	for _, c := range f.pass.chunks[:n] {
 		spillBufs.Put(c)
 	}
+	f.forgetChunksLocked(n)
+}
+
+// forgetChunksLocked drops the first n pieces without putting them back in
+// the pool: a reader cut off may still be sending from one (copyMem writes
+// outside the lock), so another flight must not reuse it; the garbage
+// collector frees it once that write ends.
+func (f *flight) forgetChunksLocked(n int) {
+	clear(f.pass.chunks[:n])
 	f.s.disk.held.Add(-int64(n) * spillChunk)
 	f.pass.chunks = f.pass.chunks[n:]
 	f.pass.base += int64(n) * spillChunk
@@ -180,10 +211,11 @@ func (f *flight) awaitResult() (store.CacheEntry, error) {
 
 // trimLocked drops the pieces every reader has sent. While a holder of the
 // flight has not started reading (it will read from the first byte), none
-// is dropped.
+// is dropped, unless pieces are gone already (base past memFrom): such a
+// holder would then end short anyway (errSlowReader).
 func (f *flight) trimLocked() {
 	p := &f.pass
-	if len(p.chunks) == 0 || int(f.refs.Load()-1-p.passive.Load()) != len(p.readers) {
+	if len(p.chunks) == 0 || (p.base == p.memFrom && int(f.refs.Load()-1-p.passive.Load()) != len(p.readers)) {
 		return
 	}
 	low := f.written
@@ -203,6 +235,8 @@ func (f *flight) trimLocked() {
 // for readers to make room when the window is full.
 func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 	p := &f.pass
+	stall := time.NewTimer(time.Hour)
+	defer stall.Stop()
 	for len(b) > 0 {
 		f.mu.Lock()
 		end := f.written
@@ -212,7 +246,7 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 				return errNoReaders
 			}
 			f.trimLocked()
-			if end < p.base+int64(len(p.chunks))*spillChunk || len(p.chunks) < spillWindow/spillChunk {
+			if end < p.base+int64(len(p.chunks))*spillChunk || p.roomForPiece(f.s.disk) {
 				break
 			}
 			if !f.decided() {
@@ -222,8 +256,19 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 			p.fillWaits, p.room = true, make(chan struct{})
 			room := p.room
 			f.mu.Unlock()
+			stall.Reset(f.s.spillStall)
 			select {
 			case <-room:
+			case <-stall.C:
+				f.mu.Lock()
+				if !f.cutLaggardsLocked() {
+					// Nobody reads on: the memory goes now, not when
+					// the stalled clients finally hang up.
+					f.forgetChunksLocked(len(p.chunks))
+					f.mu.Unlock()
+					return errStalledReaders
+				}
+				continue
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -242,15 +287,53 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 	return nil
 }
 
+// roomForPiece reports whether the flight may take one more piece: within
+// its window, and within spillBudget for all flights unless it holds none
+// (so every flight moves, one piece at a time at worst).
+func (p *passState) roomForPiece(d *diskState) bool {
+	return len(p.chunks) < spillWindow/spillChunk && (len(p.chunks) == 0 || d.held.Load()+spillChunk <= spillBudget)
+}
+
+// cutLaggardsLocked makes room in a full window whose readers did not move
+// for spillStall: the pieces the fastest reader has sent go, and the
+// readers behind them end short when they read on (errSlowReader). It
+// reports false when there is nothing to drop: every reader stalled.
+func (f *flight) cutLaggardsLocked() bool {
+	p := &f.pass
+	fastest := int64(-1)
+	for _, off := range p.readers {
+		fastest = max(fastest, off)
+	}
+	n := 0
+	for n < len(p.chunks) && p.base+int64(n+1)*spillChunk <= fastest {
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	f.forgetChunksLocked(n)
+	for r, off := range p.readers {
+		if off < p.base {
+			delete(p.readers, r)
+		}
+	}
+	f.s.disk.slowCut.Inc()
+	return true
+}
+
 // memAt returns the bytes of the body in memory from off to the end of
-// their piece (the caller bounds them by what is written). The piece stays
-// while the reader has not registered a position past it.
-func (f *flight) memAt(off int64) []byte {
+// their piece (the caller bounds them by what is written), or
+// errSlowReader when the reader was cut off. The piece stays while the
+// reader has not registered a position past it.
+func (f *flight) memAt(off int64) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := &f.pass
+	if off < p.base {
+		return nil, errSlowReader
+	}
 	i := (off - p.base) / spillChunk
-	return (*p.chunks[i])[(off-p.base)%spillChunk:]
+	return (*p.chunks[i])[(off-p.base)%spillChunk:], nil
 }
 
 // readAt reads the body at off: from the temp file before memFrom, from
@@ -262,14 +345,18 @@ func (f *flight) readAt(b []byte, off, memFrom int64) (int, error) {
 		}
 		return f.file.ReadAt(b, off)
 	}
-	return copy(b, f.memAt(off)), nil
+	m, err := f.memAt(off)
+	return copy(b, m), err
 }
 
 // copyMem writes the bytes from r.off to avail, which are in memory.
 func (r *flightReader) copyMem(w io.Writer, avail int64) (int64, error) {
 	var done int64
 	for r.off+done < avail {
-		b := r.f.memAt(r.off + done)
+		b, err := r.f.memAt(r.off + done)
+		if err != nil {
+			return done, err
+		}
 		b = b[:min(int64(len(b)), avail-r.off-done)]
 		m, err := w.Write(b)
 		done += int64(m)
@@ -299,11 +386,13 @@ func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Resp
 		sums = store.NewHashes()
 	}
 	s.diskFull(stage, f, cause)
+	// live before on: a reader that registers once on is set must find
+	// live set when it unregisters, or it would stay in readers.
+	f.pass.live.Store(true)
 	f.mu.Lock()
 	f.pass.on, f.pass.memFrom, f.pass.base = true, onDisk, onDisk
 	f.written = onDisk
 	f.mu.Unlock()
-	f.pass.live.Store(true)
 	// No request joins an uncached flight: it would need the body from
 	// its start, which is no longer kept.
 	f.leave()
@@ -423,11 +512,14 @@ func (e *diskFullError) Unwrap() error { return e.err }
 
 // diskState is the proxy's side of a full disk: what it counts and logs.
 type diskState struct {
-	full  *prometheus.CounterVec
-	held  atomic.Int64 // bytes of uncached bodies in memory
-	peak  atomic.Int64 // the most held at once (for tests)
-	log   *slog.Logger
-	blobs *store.Blobs
+	full *prometheus.CounterVec
+	// slowCut counts the cuts of clients that fell behind an uncached
+	// flight's window (cutLaggardsLocked).
+	slowCut prometheus.Counter
+	held    atomic.Int64 // bytes of uncached bodies in memory
+	peak    atomic.Int64 // the most held at once (for tests)
+	log     *slog.Logger
+	blobs   *store.Blobs
 
 	mu       sync.Mutex
 	warnedAt time.Time // of the last warning; zero once fills cache again
@@ -457,6 +549,12 @@ func newDiskState(reg prometheus.Registerer, blobs *store.Blobs, log *slog.Logge
 				"nothing written), write (the temp file could not be created or written), store (fsync, rename " +
 				"or the index commit failed after the body).",
 		}, []string{"stage"}),
+		slowCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cache", Name: "uncached_slow_client_cuts_total",
+			Help: "Times an uncached download's memory window stayed full for 10 s and the clients behind the " +
+				"fastest one were cut off (their responses end short), so that they hold back neither the others " +
+				"nor the upstream.",
+		}),
 	}
 	for _, st := range []string{diskStageBefore, diskStageWrite, diskStageStore} {
 		d.full.WithLabelValues(st)
@@ -465,7 +563,7 @@ func newDiskState(reg prometheus.Registerer, blobs *store.Blobs, log *slog.Logge
 		return d, nil
 	}
 	cs := []prometheus.Collector{
-		d.full,
+		d.full, d.slowCut,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: "cache", Name: "filling",
 			Help: "1 while fills write to the cache, 0 while the data volume is full and files are served uncached.",

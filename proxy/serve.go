@@ -3,9 +3,11 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -121,7 +123,13 @@ func (s *Server) serveEntry(x *exchange, v *entryView) error {
 // fetched again rather than failing every request for it.
 func (s *Server) blobError(v *entryView, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		s.log.Error("a cached entry's blob file is missing; fetching it again",
+		// Eviction or a delete between the lookup and the open is routine;
+		// a live entry without its file is not.
+		level := slog.LevelInfo
+		if e, lerr := s.st.CacheEntry(v.e.UpstreamID, v.e.RelativePath); lerr == nil && e.SHA256 == v.e.SHA256 {
+			level = slog.LevelError
+		}
+		s.log.Log(context.Background(), level, "a cached entry's blob file is missing; fetching it again",
 			"upstream", v.e.UpstreamID, "path", v.e.RelativePath, "blob", v.e.SHA256)
 		return errBlobGone
 	}

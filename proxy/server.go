@@ -114,6 +114,10 @@ type Server struct {
 	downloads *downloadCounter
 	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
 	ev        *evictState // eviction under the disk budget (evict.go)
+	// spillStall is how long an uncached fill waits for its readers
+	// (passthrough.go): spillStall, shorter in tests.
+	spillStall time.Duration
+	uncached   *uncachedSums // digests of files streamed uncached, for their sidecars
 	// collectMu serialises collector batches: eviction measures what was
 	// freed once its batch returns, which must include a batch a
 	// concurrent run took.
@@ -198,9 +202,13 @@ func New(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
+	s.spillStall, s.uncached = spillStall, newUncachedSums()
 	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
+	// No new file below the free mark: eviction makes room, fills do not
+	// refill it at once (store.Blobs.SetMinFree).
+	d.Blobs.SetMinFree(d.Config.Cache.MinFreeFraction)
 	if s.ev, err = newEvictState(d.Registerer, int64(d.Config.Cache.MaxBytes), d.Config.Cache.MinFreeFraction); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}

@@ -78,6 +78,9 @@ type diskWatch struct {
 	statErr error
 	// reserved are the bytes promised to fills in progress (Reserve).
 	reserved int64
+	// minFree is the share of the volume no new blob may take
+	// (cache.min_free_fraction, SetMinFree), when above the reserve.
+	minFree float64
 	// fullAt is the last write failure for want of space; fullFree the
 	// free bytes statfs reported just after it.
 	fullAt   time.Time
@@ -104,7 +107,18 @@ func (d *diskWatch) refreshLocked(force bool) {
 }
 
 func (d *diskWatch) reserve() int64 {
-	return min(int64(float64(d.space.Total)*reserveFraction), reserveMax)
+	return max(min(int64(float64(d.space.Total)*reserveFraction), reserveMax), int64(float64(d.space.Total)*d.minFree))
+}
+
+// SetMinFree makes frac of the data volume (cache.min_free_fraction) a
+// floor no new blob goes below, as the reserve is: a fill that would go
+// below streams uncached, until eviction has made room. Without it, each
+// fill on a volume that other data keeps below the mark would be written,
+// then evicted at the next check.
+func (b *Blobs) SetMinFree(frac float64) {
+	b.disk.mu.Lock()
+	b.disk.minFree = frac
+	b.disk.mu.Unlock()
 }
 
 // statusLocked is the volume's state; avail is what a new fill may write.
@@ -126,6 +140,10 @@ func (d *diskWatch) statusLocked() (st DiskStatus, avail int64) {
 		st.Filling = false
 		st.Reason = fmt.Sprintf("data volume full: %s free of %s, %s kept in reserve",
 			FormatBytes(d.space.Free), FormatBytes(d.space.Total), FormatBytes(d.reserve()))
+		if d.minFree > 0 {
+			st.Reason = fmt.Sprintf("data volume below cache.min_free_fraction: %s free of %s, %s kept free",
+				FormatBytes(d.space.Free), FormatBytes(d.space.Total), FormatBytes(d.reserve()))
+		}
 	}
 	if !st.Filling {
 		avail = 0

@@ -106,6 +106,33 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
+	// A database already at this schema version is only checked: even a
+	// commit that changes nothing writes pages, which a start on a full
+	// volume must not need.
+	current := false
+	if err := db.View(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if tx.Bucket(b) == nil {
+				return nil
+			}
+		}
+		meta := tx.Bucket(bktMeta)
+		v, sealed := meta.Get(metaSchemaVersion), meta.Get(metaKeyCheck)
+		if v == nil || btoi(v) != schemaVersion || sealed == nil {
+			return nil
+		}
+		if plain, err := s.open(sealed); err != nil || plain != keyCheck {
+			return ErrWrongKey
+		}
+		current = true
+		return nil
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	if current {
+		return st, nil
+	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -122,10 +149,6 @@ func Open(dir string, o Options) (*Store, error) {
 			}
 		} else if err := meta.Put(metaKeyCheck, s.seal(keyCheck)); err != nil {
 			return err
-		}
-		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) == schemaVersion {
-			// Nothing to write: a start on a full volume needs no new page.
-			return nil
 		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {
