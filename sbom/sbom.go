@@ -1,11 +1,11 @@
-package admin
+// Package sbom reads CycloneDX JSON SBOMs into dependency list entries.
+package sbom
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"path"
 	"regexp"
@@ -80,14 +80,30 @@ type cdxVulnerability struct {
 	} `json:"affects"`
 }
 
-// sbomOptions are per-upload defaults.
-type sbomOptions struct {
+// Error is a body registryd cannot read as an SBOM: not JSON, not
+// CycloneDX, a version it does not know, cut short. Reason says what is
+// wrong in words for the uploader; Err is the reader's own failure, if that
+// was the cause.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Reason }
+
+// Unwrap gives the reader's failure.
+func (e *Error) Unwrap() error { return e.Err }
+
+func formatError(reason string) error { return &Error{Reason: reason} }
+
+// Options are per-upload defaults.
+type Options struct {
 	// FilePath is the dependency file for components nothing else locates.
 	FilePath string
 }
 
-// sbomResult is a parsed upload, ready for store.ReplaceDependencies.
-type sbomResult struct {
+// Result is a parsed upload, ready for store.ReplaceDependencies.
+type Result struct {
 	SpecVersion     string
 	Dependencies    []store.NewDependency
 	Vulnerabilities []store.NewVulnerability
@@ -138,11 +154,12 @@ type sbomReader struct {
 	problems              *store.ValidationError
 }
 
-// parseSBOM reads a CycloneDX JSON SBOM. A body that is not JSON, not
-// CycloneDX or of an unsupported version is a 400 naming the problem; a
-// component without a name is a validation error naming its JSON path; a
-// body over the listener's limit surfaces as *http.MaxBytesError (413).
-func parseSBOM(r io.Reader, opts sbomOptions) (*sbomResult, error) {
+// Read reads a CycloneDX JSON SBOM. A body that is not JSON, not
+// CycloneDX or of an unsupported version is an *Error naming the problem; a
+// component without a name is a *store.ValidationError naming its JSON
+// path; a failure of r itself (a body over the listener's limit) is an
+// *Error that unwraps to it.
+func Read(r io.Reader, opts Options) (*Result, error) {
 	sr := &sbomReader{dec: json.NewDecoder(r), problems: &store.ValidationError{},
 		vulnIndex: map[string]int32{}, strs: map[string]string{}, lics: map[string][]store.License{}}
 	if err := sr.read(); err != nil {
@@ -160,7 +177,7 @@ func (sr *sbomReader) read() error {
 		return sr.jsonError(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return badRequest("the body is not a CycloneDX JSON SBOM: it is not a JSON object")
+		return formatError("the body is not a CycloneDX JSON SBOM: it is not a JSON object")
 	}
 	for sr.dec.More() {
 		tok, err := sr.dec.Token()
@@ -175,7 +192,7 @@ func (sr *sbomReader) read() error {
 			}
 			sr.sawFormat = true
 			if sr.format != "CycloneDX" {
-				return badRequest(`the body is not a CycloneDX JSON SBOM: bomFormat is ` + strconv.Quote(sr.format) + `, not "CycloneDX"`)
+				return formatError(`the body is not a CycloneDX JSON SBOM: bomFormat is ` + strconv.Quote(sr.format) + `, not "CycloneDX"`)
 			}
 		case "specVersion":
 			if err := sr.decodeString(&sr.version, key); err != nil {
@@ -215,19 +232,19 @@ func (sr *sbomReader) read() error {
 		if err != nil {
 			return sr.jsonError(err)
 		}
-		return badRequest("the body has data after the SBOM")
+		return formatError("the body has data after the SBOM")
 	}
 	switch {
 	case !sr.sawFormat:
-		return badRequest(`the body is not a CycloneDX JSON SBOM: bomFormat is missing`)
+		return formatError(`the body is not a CycloneDX JSON SBOM: bomFormat is missing`)
 	case !sr.sawVersion:
-		return badRequest("the SBOM has no specVersion")
+		return formatError("the SBOM has no specVersion")
 	}
 	return nil
 }
 
 func unsupportedVersion(v string) error {
-	return badRequest("CycloneDX specVersion " + strconv.Quote(v) + " is not supported; use " +
+	return formatError("CycloneDX specVersion " + strconv.Quote(v) + " is not supported; use " +
 		strings.Join(supportedSpecVersions, ", "))
 }
 
@@ -295,7 +312,7 @@ func (sr *sbomReader) array(key string, each func(i int) error) error {
 		return nil
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return badRequest(key + " must be an array")
+		return formatError(key + " must be an array")
 	}
 	return sr.elements(each)
 }
@@ -427,7 +444,7 @@ func (sr *sbomReader) metadata() error {
 func (sr *sbomReader) component(prefix string, i, depth int) error {
 	at := func() string { return prefix + "[" + strconv.Itoa(i) + "]" }
 	if depth > maxComponentDepth {
-		return badRequest("components are nested more than " + strconv.Itoa(maxComponentDepth) + " deep")
+		return formatError("components are nested more than " + strconv.Itoa(maxComponentDepth) + " deep")
 	}
 	ok, err := sr.openAt(at, "", '{')
 	if err != nil {
@@ -546,21 +563,18 @@ func (sr *sbomReader) vulnerability(i int) error {
 	return nil
 }
 
-// jsonError turns a failure of the JSON reader into a 400, letting a body
-// over the limit through for the 413.
+// jsonError turns a failure of the JSON reader into an *Error; a failure
+// of the body's reader stays reachable through it (a body over the
+// listener's limit is a 413, not a bad SBOM).
 func (sr *sbomReader) jsonError(err error) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return err
-	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return badRequest(fmt.Sprintf("the body is not valid JSON (at byte %d: %s)", se.Offset, se.Error()))
+		return formatError(fmt.Sprintf("the body is not valid JSON (at byte %d: %s)", se.Offset, se.Error()))
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return badRequest("the body ends before the SBOM does")
+		return formatError("the body ends before the SBOM does")
 	}
-	return badRequest("the body could not be read")
+	return &Error{Reason: "the body could not be read", Err: err}
 }
 
 // decodeError names where a value has the wrong JSON type.
@@ -617,8 +631,8 @@ func skipValue(dec *json.Decoder) error {
 type depKey struct{ name, version, pm, file string }
 
 // result turns the components into dependency list entries.
-func (sr *sbomReader) result(opts sbomOptions) (*sbomResult, error) {
-	res := &sbomResult{SpecVersion: sr.version, Skipped: sr.skipped}
+func (sr *sbomReader) result(opts Options) (*Result, error) {
+	res := &Result{SpecVersion: sr.version, Skipped: sr.skipped}
 	root := sr.root.String()
 	optFile := cleanPath(opts.FilePath)
 	relative := map[string]string{} // SrcFile -> path in the repository
