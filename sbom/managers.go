@@ -4,17 +4,25 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/package-url/packageurl-go"
 )
 
-// purlType is the type of a package URL (pkg:TYPE/...), lower-cased.
+// purlType is the type of a package URL (pkg:TYPE/...), lower-cased, or ""
+// when purl is not one by the purl specification (no name, a bad
+// percent-encoding or qualifier, a type's own rule broken): a malformed purl
+// says nothing reliable about its package, and the file name decides alone,
+// as without a purl. GitLab reads purls with a parser of the specification
+// too (Sbom::PackageUrl).
 func purlType(purl string) string {
-	rest, ok := strings.CutPrefix(purl, "pkg:")
-	if !ok {
+	if purl == "" {
 		return ""
 	}
-	rest = strings.TrimLeft(rest, "/")
-	t, _, _ := strings.Cut(rest, "/")
-	return strings.ToLower(t)
+	p, err := packageurl.FromString(purl)
+	if err != nil {
+		return ""
+	}
+	return p.Type
 }
 
 // derivePackageManager is registryd's fallback when no property names the

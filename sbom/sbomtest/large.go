@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/package-url/packageurl-go"
+
 	"registryd/store"
 )
 
@@ -79,10 +81,11 @@ func WriteLarge(w io.Writer, size int64, dense bool) (int, error) {
 		group := "org.example.g" + strconv.Itoa(i%97)
 		name := "component-" + strconv.Itoa(i) + "-" + sentence(1)
 		version := fmt.Sprintf("%d.%d.%d", rng.IntN(10), rng.IntN(30), rng.IntN(100))
-		purl := "pkg:" + e.purl + "/" + group + "/" + name + "@" + version
-		if e.purl == "maven" {
-			purl += "?type=jar"
+		var quals packageurl.Qualifiers
+		if e.purl == packageurl.TypeMaven {
+			quals = packageurl.Qualifiers{{Key: "type", Value: "jar"}}
 		}
+		purl := packageurl.NewPackageURL(e.purl, group, name, version, quals, "").ToString()
 		refs = append(refs, purl)
 		if dense {
 			cw.str(`{"type":"library","bom-ref":"` + purl + `","group":"` + group + `","name":"` + name + `","version":"` + version +
