@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"registryd/activity"
 	"registryd/config"
 	"registryd/sbom"
 	"registryd/store"
@@ -41,6 +42,10 @@ func TestToHTTP(t *testing.T) {
 		{"unreadable SBOM", &sbom.Error{Reason: "the SBOM has no specVersion"}, 400,
 			`{"message":"400 Bad request - the SBOM has no specVersion"}`},
 		{"SBOM over the limit", &sbom.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
+			`{"message":"413 Request Entity Too Large"}`},
+		{"unreadable events", &activity.Error{Reason: "the body holds no events"}, 400,
+			`{"message":"400 Bad request - the body holds no events"}`},
+		{"events over the limit", &activity.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
 			`{"message":"413 Request Entity Too Large"}`},
 		{"wrapped http error", fmt.Errorf("x: %w", errForbidden), 403, `{"message":"403 Forbidden"}`},
 		// bbolt returns a commit's write error as is: a *PathError.

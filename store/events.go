@@ -199,8 +199,10 @@ type ImportResult struct {
 	FirstID, LastID int64
 }
 
-// ImportEvents validates evs (CheckEvent, then that every project and author
-// exists) and stores them in one transaction: all of them or none. Events
+// ImportEvents stores evs in one transaction: all of them or none. Their
+// fields are the importer's to check (activity.CheckEvent); the store
+// refuses what its indexes cannot hold (an action or target type without a
+// code) and events of a project or author that does not exist. Events
 // without created_at get the store's clock. Ids follow the order of evs.
 func (s *Store) ImportEvents(evs []Event) (ImportResult, error) {
 	v := &ValidationError{}
@@ -208,7 +210,7 @@ func (s *Store) ImportEvents(evs []Event) (ImportResult, error) {
 		if len(v.Fields) >= MaxImportProblems {
 			break
 		}
-		CheckEvent(&evs[i], "events["+strconv.Itoa(i)+"].", v)
+		checkEventCodes(&evs[i], "events["+strconv.Itoa(i)+"].", v)
 	}
 	if err := v.Err(); err != nil {
 		return ImportResult{}, err
@@ -268,6 +270,21 @@ func (s *Store) ImportEvents(evs []Event) (ImportResult, error) {
 		return ImportResult{}, err
 	}
 	return res, nil
+}
+
+// checkEventCodes refuses an event whose action or target type has no code
+// in the indexes (a target type is stored as its class name), with the
+// messages of activity.CheckEvent.
+func checkEventCodes(e *Event, prefix string, v *ValidationError) {
+	switch {
+	case e.Action == "":
+		v.Add(prefix+"action", "is missing")
+	case actionCode(e.Action) == 0:
+		v.Add(prefix+"action", "does not have a valid value")
+	}
+	if targetCode(e.TargetType) == 0xFF {
+		v.Add(prefix+"target_type", "does not have a valid value")
+	}
 }
 
 // Event returns one event by id.

@@ -82,7 +82,3 @@ func NormalizeTargetType(t string) (string, bool) {
 	}
 	return "", false
 }
-
-func isNoteType(t string) bool {
-	return t == TargetNote || t == TargetDiffNote || t == TargetDiscussion
-}

@@ -1,9 +1,12 @@
-package store
+package activity
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"registryd/store"
 )
 
 // Limits of imported events.
@@ -22,7 +25,7 @@ var (
 // fills the defaults that do not depend on the clock: the class name of
 // target_type, target_iid from target_id, the note's id, imported_from.
 // Messages go to v under prefix+field ("events[3].action").
-func CheckEvent(e *Event, prefix string, v *ValidationError) {
+func CheckEvent(e *store.Event, prefix string, v *store.ValidationError) {
 	add := func(field, msg string) { v.Add(prefix+field, msg) }
 	if e.ProjectID < 1 {
 		add("project_id", "is missing")
@@ -33,15 +36,15 @@ func CheckEvent(e *Event, prefix string, v *ValidationError) {
 	switch {
 	case e.Action == "":
 		add("action", "is missing")
-	case actionCode(e.Action) == 0:
+	case !slices.Contains(store.EventActions, e.Action):
 		add("action", "does not have a valid value")
 	}
 	if e.TargetType != "" {
-		t, ok := NormalizeTargetType(e.TargetType)
+		t, ok := store.NormalizeTargetType(e.TargetType)
 		switch {
 		case !ok:
 			add("target_type", "does not have a valid value")
-		case t == TargetEpic:
+		case t == store.TargetEpic:
 			add("target_type", "Epic events belong to groups; registryd keeps project events only")
 		default:
 			e.TargetType = t
@@ -70,7 +73,7 @@ func CheckEvent(e *Event, prefix string, v *ValidationError) {
 	}
 
 	switch e.Action {
-	case ActionPushed:
+	case store.ActionPushed:
 		if e.TargetType != "" || e.TargetID != nil || e.TargetTitle != nil {
 			add("target_type", "must be blank for pushed events")
 		}
@@ -80,9 +83,9 @@ func CheckEvent(e *Event, prefix string, v *ValidationError) {
 		} else {
 			checkPushData(e.PushData, prefix+"push_data.", v)
 		}
-	case ActionCommented:
+	case store.ActionCommented:
 		if e.TargetType == "" {
-			e.TargetType = TargetNote
+			e.TargetType = store.TargetNote
 		} else if !isNoteType(e.TargetType) {
 			add("target_type", "must be Note, DiffNote or DiscussionNote for commented events")
 		}
@@ -92,15 +95,15 @@ func CheckEvent(e *Event, prefix string, v *ValidationError) {
 			checkNote(e, prefix+"note.", v)
 		}
 	}
-	if e.PushData != nil && e.Action != ActionPushed {
+	if e.PushData != nil && e.Action != store.ActionPushed {
 		add("push_data", "is only allowed on pushed events")
 	}
-	if e.Note != nil && e.Action != ActionCommented {
+	if e.Note != nil && e.Action != store.ActionCommented {
 		add("note", "is only allowed on commented events")
 	}
 }
 
-func checkPushData(p *PushData, prefix string, v *ValidationError) {
+func checkPushData(p *store.PushData, prefix string, v *store.ValidationError) {
 	if p.CommitCount < 0 {
 		v.Add(prefix+"commit_count", "must be greater than or equal to 0")
 	}
@@ -140,7 +143,7 @@ func checkPushData(p *PushData, prefix string, v *ValidationError) {
 	}
 }
 
-func checkNote(e *Event, prefix string, v *ValidationError) {
+func checkNote(e *store.Event, prefix string, v *store.ValidationError) {
 	n := e.Note
 	switch {
 	case n.Body == "":
@@ -163,4 +166,8 @@ func checkNote(e *Event, prefix string, v *ValidationError) {
 	if len(n.NoteableType) > 255 {
 		v.Add(prefix+"noteable_type", "is too long (maximum is 255 characters)")
 	}
+}
+
+func isNoteType(t string) bool {
+	return t == store.TargetNote || t == store.TargetDiffNote || t == store.TargetDiscussion
 }

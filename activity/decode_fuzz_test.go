@@ -1,28 +1,16 @@
-package admin
+package activity
 
 import (
-	"net/http"
+	"errors"
 	"strings"
 	"testing"
 
 	"registryd/store"
 )
 
-// want400 fails unless err maps to a 400 or 413 GitLab envelope; it never
-// may be a 500.
-func want400(t *testing.T, err error) {
-	t.Helper()
-	he := toHTTP(err)
-	if he == nil {
-		t.Fatalf("err = %v (%T) maps to a 500", err, err)
-	}
-	if he.status != http.StatusBadRequest && he.status != http.StatusRequestEntityTooLarge {
-		t.Fatalf("status %d for %v", he.status, err)
-	}
-}
-
 // FuzzDecodeEvents: whatever the body, an import decodes to events that
-// pass the store's own check, or is a 400; it never panics.
+// pass CheckEvent again, or is refused (a 400 on the listener); it never
+// panics.
 func FuzzDecodeEvents(f *testing.F) {
 	for _, s := range []string{
 		`[{"project_id":1,"author_id":1,"action":"closed","target_type":"issue","target_id":3}]`,
@@ -34,16 +22,20 @@ func FuzzDecodeEvents(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		evs, err := decodeEvents(strings.NewReader(body))
+		evs, err := DecodeEvents(strings.NewReader(body))
 		if err != nil {
-			want400(t, err)
+			var ae *Error
+			var ve *store.ValidationError
+			if !errors.As(err, &ae) && !errors.As(err, &ve) {
+				t.Fatalf("err = %v (%T) is not a refusal", err, err)
+			}
 			return
 		}
 		for i := range evs {
 			v := &store.ValidationError{}
-			store.CheckEvent(&evs[i], "", v)
+			CheckEvent(&evs[i], "", v)
 			if v.Err() != nil {
-				t.Fatalf("decoded event %+v fails the store's check: %v", evs[i], v)
+				t.Fatalf("decoded event %+v fails CheckEvent: %v", evs[i], v)
 			}
 		}
 	})
