@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/klauspost/compress v1.20.1
+	github.com/package-url/packageurl-go v0.1.7
 	github.com/prometheus/client_golang v1.25.0
 	github.com/valyala/fasthttp v1.74.0
 	gitlab.com/gitlab-org/api/client-go v1.46.0

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"registryd/auth"
+	"registryd/sbom"
 	"registryd/store"
 )
 
@@ -171,7 +172,7 @@ func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request, ingests
 		return message(http.StatusTooManyRequests, "429 Too Many Requests - "+strconv.Itoa(cap(ingests))+
 			" SBOM uploads are being processed; retry after "+sbomRetryAfter+" seconds")
 	}
-	sb, err := parseSBOM(r.Body, sbomOptions{FilePath: r.URL.Query().Get("dependency_file_path")})
+	sb, err := sbom.Read(r.Body, sbom.Options{FilePath: r.URL.Query().Get("dependency_file_path")})
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		// The listener's MaxBytesReader stopped the stream at the limit.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 
+	"registryd/activity"
+	"registryd/sbom"
 	"registryd/store"
 )
 
@@ -72,11 +74,18 @@ func toHTTP(err error) *httpError {
 	var ve *store.ValidationError
 	var ce *store.ConflictError
 	var mbe *http.MaxBytesError
+	var sbe *sbom.Error
+	var ae *activity.Error
 	switch {
 	case errors.As(err, &he):
 		return he
 	case errors.As(err, &mbe):
 		return errTooLarge
+	case errors.As(err, &sbe):
+		// After the 413: a body cut at the limit is too large, not bad.
+		return badRequest(sbe.Reason)
+	case errors.As(err, &ae):
+		return badRequest(ae.Reason)
 	case store.IsDiskFull(err):
 		// A write that the data volume could not take (an index commit,
 		// mostly): the admin's to fix, not a bug of ours.

@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"testing"
 
+	"registryd/activity"
 	"registryd/config"
+	"registryd/sbom"
 	"registryd/store"
 )
 
@@ -37,6 +39,14 @@ func TestToHTTP(t *testing.T) {
 		{"conflict", &store.ConflictError{Reason: "Member already exists"}, 409, `{"message":"Member already exists"}`},
 		{"body too large", &http.MaxBytesError{Limit: 10}, 413, `{"message":"413 Request Entity Too Large"}`},
 		{"parameter error", paramError("name is missing"), 400, `{"error":"name is missing"}`},
+		{"unreadable SBOM", &sbom.Error{Reason: "the SBOM has no specVersion"}, 400,
+			`{"message":"400 Bad request - the SBOM has no specVersion"}`},
+		{"SBOM over the limit", &sbom.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
+			`{"message":"413 Request Entity Too Large"}`},
+		{"unreadable events", &activity.Error{Reason: "the body holds no events"}, 400,
+			`{"message":"400 Bad request - the body holds no events"}`},
+		{"events over the limit", &activity.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
+			`{"message":"413 Request Entity Too Large"}`},
 		{"wrapped http error", fmt.Errorf("x: %w", errForbidden), 403, `{"message":"403 Forbidden"}`},
 		// bbolt returns a commit's write error as is: a *PathError.
 		{"index commit on a full volume", fmt.Errorf("store: %w", &fs.PathError{Op: "write", Path: "registry.db", Err: syscall.ENOSPC}),

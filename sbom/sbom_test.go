@@ -1,15 +1,15 @@
-package admin
+package sbom
 
 import (
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"registryd/store"
 )
@@ -95,9 +95,9 @@ func TestParseSBOMFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			res, err := parseSBOM(sbomFixture(t, tt.file), sbomOptions{})
+			res, err := Read(sbomFixture(t, tt.file), Options{})
 			if err != nil {
-				t.Fatalf("parseSBOM: %v", err)
+				t.Fatalf("Read: %v", err)
 			}
 			if res.SpecVersion != tt.spec {
 				t.Errorf("spec version %q, want %q", res.SpecVersion, tt.spec)
@@ -142,18 +142,18 @@ func TestParseSBOMRejects(t *testing.T) {
 		// want is the 400 message, or "field: message" of a validation error.
 		want string
 	}{
-		{"not JSON", `bomFormat: CycloneDX`, "400 Bad request - the body is not valid JSON (at byte 1: invalid character 'b' looking for beginning of value)"},
-		{"empty", ``, "400 Bad request - the body ends before the SBOM does"},
-		{"array", `[{"bomFormat":"CycloneDX"}]`, "400 Bad request - the body is not a CycloneDX JSON SBOM: it is not a JSON object"},
-		{"SPDX", `{"spdxVersion":"SPDX-2.3","packages":[]}`, "400 Bad request - the body is not a CycloneDX JSON SBOM: bomFormat is missing"},
-		{"other format", `{"bomFormat":"SPDX","specVersion":"1.6"}`, `400 Bad request - the body is not a CycloneDX JSON SBOM: bomFormat is "SPDX", not "CycloneDX"`},
-		{"no version", `{"bomFormat":"CycloneDX","components":[]}`, "400 Bad request - the SBOM has no specVersion"},
-		{"1.3", `{"bomFormat":"CycloneDX","specVersion":"1.3"}`, `400 Bad request - CycloneDX specVersion "1.3" is not supported; use 1.4, 1.5, 1.6`},
-		{"1.7", `{"specVersion":"1.7","bomFormat":"CycloneDX"}`, `400 Bad request - CycloneDX specVersion "1.7" is not supported; use 1.4, 1.5, 1.6`},
+		{"not JSON", `bomFormat: CycloneDX`, "the body is not valid JSON (at byte 1: invalid character 'b' looking for beginning of value)"},
+		{"empty", ``, "the body ends before the SBOM does"},
+		{"array", `[{"bomFormat":"CycloneDX"}]`, "the body is not a CycloneDX JSON SBOM: it is not a JSON object"},
+		{"SPDX", `{"spdxVersion":"SPDX-2.3","packages":[]}`, "the body is not a CycloneDX JSON SBOM: bomFormat is missing"},
+		{"other format", `{"bomFormat":"SPDX","specVersion":"1.6"}`, `the body is not a CycloneDX JSON SBOM: bomFormat is "SPDX", not "CycloneDX"`},
+		{"no version", `{"bomFormat":"CycloneDX","components":[]}`, "the SBOM has no specVersion"},
+		{"1.3", `{"bomFormat":"CycloneDX","specVersion":"1.3"}`, `CycloneDX specVersion "1.3" is not supported; use 1.4, 1.5, 1.6`},
+		{"1.7", `{"specVersion":"1.7","bomFormat":"CycloneDX"}`, `CycloneDX specVersion "1.7" is not supported; use 1.4, 1.5, 1.6`},
 		{"version is a number", `{"bomFormat":"CycloneDX","specVersion":1.5}`, "specVersion: must be a JSON string, not number"},
-		{"truncated", `{"bomFormat":"CycloneDX","specVersion":"1.6","components":[{"name":"a"`, "400 Bad request - the body ends before the SBOM does"},
-		{"trailing data", sbom(``) + `{}`, "400 Bad request - the body has data after the SBOM"},
-		{"components not an array", sbom(`,"components":{"name":"a"}`), "400 Bad request - components must be an array"},
+		{"truncated", `{"bomFormat":"CycloneDX","specVersion":"1.6","components":[{"name":"a"`, "the body ends before the SBOM does"},
+		{"trailing data", sbom(``) + `{}`, "the body has data after the SBOM"},
+		{"components not an array", sbom(`,"components":{"name":"a"}`), "components must be an array"},
 		{"component without name", sbom(`,"components":[{"type":"library","name":"a"},{"type":"library","version":"1"}]`), "components[1].name: is missing"},
 		{"nested component without name", sbom(`,"components":[{"name":"a","components":[{"name":"b"},{"name":""}]}]`), "components[0].components[1].name: is missing"},
 		{"name of the wrong type", sbom(`,"components":[{"name":42}]`), "components[0].name: must be a JSON string, not number"},
@@ -162,7 +162,7 @@ func TestParseSBOMRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseSBOM(strings.NewReader(tt.body), sbomOptions{})
+			_, err := Read(strings.NewReader(tt.body), Options{})
 			var ve *store.ValidationError
 			if errors.As(err, &ve) {
 				var got []string
@@ -176,35 +176,33 @@ func TestParseSBOMRejects(t *testing.T) {
 				}
 				return
 			}
-			he := toHTTP(err)
-			if he == nil || he.status != http.StatusBadRequest {
-				t.Fatalf("err = %v, want a 400", err)
+			var se *Error
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v (%T), want an *Error", err, err)
 			}
-			if got := he.body.(map[string]any)["message"]; got != tt.want {
-				t.Fatalf("message %q, want %q", got, tt.want)
+			if se.Reason != tt.want {
+				t.Fatalf("reason %q, want %q", se.Reason, tt.want)
 			}
 		})
 	}
 }
 
-// A body over the listener's limit is reported as such (413), not as bad JSON.
-func TestParseSBOMTooLarge(t *testing.T) {
+// A failure of the body's reader (the listener's limit, for one) stays
+// reachable, so that the listener can tell a 413 from a bad SBOM.
+func TestParseSBOMReaderFails(t *testing.T) {
+	errLimit := errors.New("over the limit")
 	body := sbom(`,"components":[` + strings.Repeat(`{"name":"a","version":"1"},`, 1000) + `{"name":"b"}]`)
-	r := http.MaxBytesReader(httptest.NewRecorder(), nopCloser{strings.NewReader(body)}, 1024)
-	_, err := parseSBOM(r, sbomOptions{})
-	if he := toHTTP(err); he == nil || he.status != http.StatusRequestEntityTooLarge {
-		t.Fatalf("err = %v, want 413", err)
+	_, err := Read(io.MultiReader(strings.NewReader(body[:1024]), iotest.ErrReader(errLimit)), Options{})
+	var se *Error
+	if !errors.Is(err, errLimit) || !errors.As(err, &se) || se.Reason != "the body could not be read" {
+		t.Fatalf("err = %v, want the reader's error inside an *Error", err)
 	}
 }
-
-type nopCloser struct{ *strings.Reader }
-
-func (nopCloser) Close() error { return nil }
 
 func TestParseSBOMMapping(t *testing.T) {
 	tests := []struct {
 		name, body string
-		opts       sbomOptions
+		opts       Options
 		want       []string // depLine of each dependency
 		skipped    int
 	}{
@@ -257,7 +255,7 @@ func TestParseSBOMMapping(t *testing.T) {
 			name: "the upload's file path fills in, below the gitlab properties",
 			body: sbom(`,"components":[{"name":"x","version":"1","purl":"pkg:golang/x@1"},
 				{"name":"y","version":"1","purl":"pkg:golang/y@1","properties":[{"name":"gitlab:dependency_scanning:input_file:path","value":"sub/go.mod"}]}]`),
-			opts: sbomOptions{FilePath: "/go.mod"},
+			opts: Options{FilePath: "/go.mod"},
 			want: []string{"x@1 go go.mod", "y@1 go sub/go.mod"},
 		},
 		{
@@ -280,7 +278,7 @@ func TestParseSBOMMapping(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := parseSBOM(strings.NewReader(tt.body), tt.opts)
+			res, err := Read(strings.NewReader(tt.body), tt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -305,7 +303,7 @@ func TestParseSBOMLicenses(t *testing.T) {
 		{"license":{"name":"Custom licence","url":"https://example.com/licence"}},
 		{"license":{"id":"Apache-2.0"}},
 		{"expression":"(GPL-2.0-only WITH Classpath-exception-2.0 OR BSD-3-Clause) AND LicenseRef-scancode-public-domain"}]}]`)
-	res, err := parseSBOM(strings.NewReader(body), sbomOptions{})
+	res, err := Read(strings.NewReader(body), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +330,7 @@ func TestParseSBOMVulnerabilities(t *testing.T) {
 		{"id":"CVE-4","ratings":[{"severity":"critical"}],"affects":[{"ref":"not-listed"}]},
 		{"bom-ref":"only-ref","ratings":[{"severity":"SEVERE"}],"affects":[{"ref":"b ref"}]},
 		{"id":"CVE-1","ratings":[{"severity":"critical"}],"affects":[{"ref":"b ref"}]}]`)
-	res, err := parseSBOM(strings.NewReader(body), sbomOptions{})
+	res, err := Read(strings.NewReader(body), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,35 +349,5 @@ func TestParseSBOMVulnerabilities(t *testing.T) {
 	}
 	if got, want := res.Dependencies[1].Vulnerabilities, []string{"CVE-2", "CVE-3", "only-ref", "CVE-1"}; !slices.Equal(got, want) {
 		t.Errorf("b: %q, want %q", got, want)
-	}
-}
-
-func TestSrcFileRoot(t *testing.T) {
-	tests := []struct {
-		name string
-		srcs []string
-		want []string
-	}{
-		{"one lockfile", []string{"/home/ci/app/yarn.lock"}, []string{"yarn.lock"}},
-		{"relative to the temp dir", []string{"w4/app/go.mod"}, []string{"go.mod"}},
-		{"a monorepo", []string{"/r/web/yarn.lock", "/r/api/go.mod", "/r/api/tools/go.mod"},
-			[]string{"web/yarn.lock", "api/go.mod", "api/tools/go.mod"}},
-		{"windows", []string{`C:\src\app\package-lock.json`}, []string{"package-lock.json"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var r srcRoot
-			for _, s := range tt.srcs {
-				r.add(s)
-			}
-			root := r.String()
-			var got []string
-			for _, s := range tt.srcs {
-				got = append(got, relativeTo(root, s))
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Fatalf("root %q: %q, want %q", root, got, tt.want)
-			}
-		})
 	}
 }

@@ -1,0 +1,34 @@
+package sbom
+
+import (
+	"os"
+	"runtime"
+	"testing"
+
+	"registryd/sbom/sbomtest"
+)
+
+// BenchmarkSBOMParse is the reading alone, without the store.
+func BenchmarkSBOMParse(b *testing.B) {
+	file, n, _ := sbomtest.LargeFile(b, 50<<20, true)
+	b.SetBytes(n)
+	b.ReportAllocs()
+	var inuse int64
+	for b.Loop() {
+		f, err := os.Open(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, base, _ := sbomtest.StartHeapPeak()
+		res, err := Read(f, Options{})
+		peak, _ := p.End()
+		f.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.KeepAlive(res)
+		inuse = max(inuse, int64(peak-base))
+	}
+	b.ReportMetric(float64(inuse)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(inuse)/float64(n), "peak-heap/size")
+}
