@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLayout keeps the house rules of DESIGN.md ("Rules of the house") true
+// as the code changes: which package may import what.
+func TestLayout(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "registryd/...").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err) // no go tool beside the test binary
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		imports[strings.TrimPrefix(f[0], "registryd/")] = f[1:]
+	}
+	rules := []struct {
+		pkg    string
+		banned []string
+		why    string
+	}{
+		{"admin", []string{"registryd/proxy", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "admin and proxy are siblings; only store touches bbolt"},
+		{"proxy", []string{"registryd/admin", "go.etcd.io/bbolt"}, "admin and proxy are siblings; only store touches bbolt"},
+		{"store", []string{"net/http", "github.com/valyala/fasthttp", "registryd/auth", "registryd/admin", "registryd/proxy", "registryd/upstream", "registryd/maven", "registryd/sbom", "registryd/activity"}, "store is the lowest floor above config"},
+		{"maven", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt", "registryd/store", "os"}, "pure Maven knowledge, no I/O"},
+		{"sbom", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "CycloneDX reading, no HTTP"},
+		{"activity", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "event import, no HTTP"},
+		{"upstream", []string{"github.com/valyala/fasthttp", "go.etcd.io/bbolt", "registryd/admin", "registryd/proxy"}, "the upstream client serves both listeners"},
+		{"auth", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "auth decides; the listeners speak HTTP"},
+	}
+	for _, r := range rules {
+		imps, ok := imports[r.pkg]
+		if !ok {
+			t.Errorf("package %s not found", r.pkg)
+			continue
+		}
+		for _, imp := range imps {
+			for _, b := range r.banned {
+				if imp == b {
+					t.Errorf("%s imports %s: %s", r.pkg, imp, r.why)
+				}
+			}
+		}
+	}
+}
