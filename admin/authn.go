@@ -71,6 +71,21 @@ func requireScope(p auth.Principal, scopes []string) error {
 	return nil
 }
 
+// authenticateAnyScope requires a signed-in caller whatever the token's
+// scopes: for what any token may do to itself (GET and DELETE
+// /personal_access_tokens/self) and to learn that a route has no such
+// method.
+func (s *Server) authenticateAnyScope(r *http.Request) (auth.Principal, error) {
+	p, err := s.principal(r)
+	if err != nil {
+		return p, err
+	}
+	if !p.Authenticated() {
+		return p, errUnauthorized
+	}
+	return p, nil
+}
+
 // authenticateReadUser is for the endpoints that read users and their
 // events: a token must carry read_user, read_api or api.
 func (s *Server) authenticateReadUser(r *http.Request) (auth.Principal, error) {

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"registryd/auth"
@@ -11,10 +13,17 @@ import (
 // Groups and projects have the same member endpoints; each resolves {id} to
 // a memberList and the handlers below do the rest.
 func (s *Server) routesMembers() {
-	s.handle(http.MethodPost, "/api/v4/groups/{id}/members", s.addMember(s.groupMembers))
-	s.handle(http.MethodDelete, "/api/v4/groups/{id}/members/{user_id}", s.removeMember(s.groupMembers))
-	s.handle(http.MethodPost, "/api/v4/projects/{id}/members", s.addMember(s.projectMembers))
-	s.handle(http.MethodDelete, "/api/v4/projects/{id}/members/{user_id}", s.removeMember(s.projectMembers))
+	for _, base := range []struct {
+		path string
+		find findMembers
+	}{{"/api/v4/groups/{id}", s.groupMembers}, {"/api/v4/projects/{id}", s.projectMembers}} {
+		s.handle(http.MethodGet, base.path+"/members", s.listMembers(base.find, false))
+		s.handle(http.MethodPost, base.path+"/members", s.addMember(base.find))
+		s.handle(http.MethodGet, base.path+"/members/all", s.listMembers(base.find, true))
+		s.handle(http.MethodGet, base.path+"/members/{user_id}", s.getMember(base.find, false))
+		s.handle(http.MethodDelete, base.path+"/members/{user_id}", s.removeMember(base.find))
+		s.handle(http.MethodGet, base.path+"/members/all/{user_id}", s.getMember(base.find, true))
+	}
 }
 
 // memberList is the member list of one group or project, as seen by the
@@ -26,6 +35,9 @@ type memberList struct {
 	level  func(user int64) int
 	add    func(user int64, level int, expires *time.Time) (store.Member, error)
 	remove func(user int64) error
+	// direct lists the active direct members; all adds those inherited
+	// from ancestor groups, one per user with the highest level.
+	direct, all func() ([]store.Member, error)
 }
 
 // findMembers resolves the {id} of a member endpoint for the caller p; a
@@ -44,6 +56,8 @@ func (s *Server) groupMembers(r *http.Request, p auth.Principal) (memberList, er
 			return s.st.AddGroupMember(g.ID, user, level, expires)
 		},
 		remove: func(user int64) error { return s.st.RemoveGroupMember(g.ID, user) },
+		direct: func() ([]store.Member, error) { return s.st.GroupMembers(g.ID) },
+		all:    func() ([]store.Member, error) { return s.st.AllGroupMembers(g.ID) },
 	}, nil
 }
 
@@ -61,6 +75,8 @@ func (s *Server) projectMembers(r *http.Request, p auth.Principal) (memberList, 
 			return s.st.AddProjectMember(pr.ID, user, level, expires, p.UserID())
 		},
 		remove: func(user int64) error { return s.st.RemoveProjectMember(pr.ID, user, p.UserID()) },
+		direct: func() ([]store.Member, error) { return s.st.ProjectMembers(pr.ID) },
+		all:    func() ([]store.Member, error) { return s.st.AllProjectMembers(pr.ID) },
 	}, nil
 }
 
@@ -170,6 +186,99 @@ func (s *Server) removeMember(find findMembers) handler {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+}
+
+// listMembers answers GET .../members (inherited: .../members/all). Whoever
+// can see the group or project may list its members, as in GitLab. query
+// matches a name or username (a leading @ is dropped; every word must be
+// found, whatever its length); user_ids keeps those users, skip_users drops
+// them. Ordered as the members joined.
+func (s *Server) listMembers(find findMembers, inherited bool) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		p, err := s.authenticate(r)
+		if err != nil {
+			return err
+		}
+		members, err := find(r, p)
+		if err != nil {
+			return err
+		}
+		in, err := readParams(r)
+		if err != nil {
+			return err
+		}
+		pg := in.page()
+		var q *search
+		if v := in.str("query"); v != nil {
+			trimmed := strings.TrimPrefix(strings.TrimSpace(*v), "@")
+			q = newSearch(&trimmed, true)
+		}
+		only := in.ints("user_ids")
+		skip := in.ints("skip_users")
+		if err := in.err(); err != nil {
+			return err
+		}
+		list := members.direct
+		if inherited {
+			list = members.all
+		}
+		ms, err := list()
+		if err != nil {
+			return err
+		}
+		views := make([]memberView, 0, len(ms))
+		for _, m := range ms {
+			if (only != nil && !slices.Contains(only, m.UserID)) || slices.Contains(skip, m.UserID) {
+				continue
+			}
+			v, err := s.memberView(m)
+			if err != nil {
+				return err
+			}
+			if q.matches(v.Name, v.Username) {
+				views = append(views, v)
+			}
+		}
+		s.writePage(w, r, pg, len(views), pageOf(views, pg))
+		return nil
+	}
+}
+
+// getMember answers GET .../members/{user_id} (inherited:
+// .../members/all/{user_id}); a user who is not a member is 404 Not found.
+func (s *Server) getMember(find findMembers, inherited bool) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		p, err := s.authenticate(r)
+		if err != nil {
+			return err
+		}
+		members, err := find(r, p)
+		if err != nil {
+			return err
+		}
+		user, err := pathID(r, "user_id")
+		if err != nil {
+			return err
+		}
+		list := members.direct
+		if inherited {
+			list = members.all
+		}
+		ms, err := list()
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(ms, func(m store.Member) bool { return m.UserID == user })
+		if i < 0 {
+			return errRecordMissing
+		}
+		v, err := s.memberView(ms[i])
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
 		return nil
 	}
 }

@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
+	"slices"
 
 	"registryd/auth"
 	"registryd/store"
@@ -10,6 +12,7 @@ import (
 
 func (s *Server) routesProjects() {
 	s.handle(http.MethodPost, "/api/v4/projects", s.createProject)
+	s.handle(http.MethodGet, "/api/v4/projects", s.listProjects)
 	s.handle(http.MethodGet, "/api/v4/projects/{id}", s.getProject)
 }
 
@@ -121,5 +124,90 @@ func (s *Server) getProject(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// listProjects answers GET /projects as GitLab's ProjectsFinder: admins see
+// every project, others the public and internal ones and those they are
+// members of (directly or through a group). membership (level guest or
+// more), min_access_level and owned (level owner) narrow the list to the
+// caller's own access, for admins too. search looks at the path, name and
+// description (and the namespace's with search_namespaces). Ordered by
+// created_at descending (order_by id, name, path, created_at; updated_at and
+// last_activity_at are created_at here), ties by id in the same direction.
+func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) error {
+	p, in, err := authParams(r, s.authenticate)
+	if err != nil {
+		return err
+	}
+	pg := in.page()
+	q := newSearch(in.str("search"), false)
+	inNamespaces := deref(in.boolean("search_namespaces"))
+	owned := deref(in.boolean("owned"))
+	membership := deref(in.boolean("membership"))
+	minLevel := in.minAccessLevel()
+	visibility := in.oneOf("visibility", store.Private, store.Internal, store.Public)
+	archived := in.boolean("archived")
+	in.boolean("simple") // accepted; every item is the full project
+	orderBy, desc := in.ordering("created_at", "desc", "id", "name", "path", "created_at", "updated_at", "last_activity_at")
+	if err := in.err(); err != nil {
+		return err
+	}
+	all, err := s.st.Projects()
+	if err != nil {
+		return err
+	}
+	acc, err := s.st.UserAccess(p.UserID())
+	if err != nil {
+		return err
+	}
+	listed := func(pr store.Project) bool {
+		lvl := acc.ProjectLevel(pr)
+		switch {
+		case owned && lvl < store.Owner, membership && lvl < store.Guest, minLevel != nil && lvl < *minLevel:
+			return false
+		case visibility != nil && pr.Visibility != *visibility:
+			return false
+		// registryd has no archived projects.
+		case archived != nil && *archived:
+			return false
+		}
+		if inNamespaces {
+			return q.matches(pr.FullPath, pr.FullName, pr.Description)
+		}
+		return q.matches(pr.Path, pr.Name, pr.Description)
+	}
+	projects := make([]store.Project, 0, len(all))
+	for _, pr := range all {
+		visible := p.IsAdmin() || pr.Visibility != store.Private || acc.ProjectLevel(pr) >= store.Guest
+		if visible && listed(pr) {
+			projects = append(projects, pr)
+		}
+	}
+	slices.SortFunc(projects, func(a, b store.Project) int {
+		var c int
+		switch orderBy {
+		case "name":
+			c = compareFold(a.Name, b.Name)
+		case "path":
+			c = compareFold(a.Path, b.Path)
+		case "created_at", "updated_at", "last_activity_at":
+			c = a.CreatedAt.Compare(b.CreatedAt)
+		}
+		c = cmp.Or(c, cmp.Compare(a.ID, b.ID))
+		if desc {
+			c = -c
+		}
+		return c
+	})
+	views := make([]projectView, 0, pg.PerPage)
+	for _, pr := range pageOf(projects, pg) {
+		v, err := s.projectView(pr)
+		if err != nil {
+			return err
+		}
+		views = append(views, v)
+	}
+	s.writePage(w, r, pg, len(projects), views)
 	return nil
 }

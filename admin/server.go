@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,6 +52,9 @@ type Deps struct {
 	// Disk reports whether fills write to the cache (the data volume has
 	// room), for the body of /-/readiness; nil leaves it out.
 	Disk func() store.DiskStatus
+	// Version is registryd's version, shown by GET /version and /metadata.
+	// Default: "unknown".
+	Version string
 }
 
 // Server is the admin HTTP handler.
@@ -70,6 +74,7 @@ type Server struct {
 	order  []string
 
 	cleanup CleanupRunner // starts cleanup policy runs; nil when there is none
+	version string        // registryd's version, for GET /version
 }
 
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -83,6 +88,7 @@ func New(d Deps) (*Server, error) {
 	s := &Server{
 		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
 		cleanup: d.Cleanup, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+		version: cmp.Or(d.Version, "unknown"),
 	}
 	if s.health == nil {
 		s.health = upstream.NewHealth(upstream.HealthOptions{})
@@ -113,6 +119,7 @@ func New(d Deps) (*Server, error) {
 	s.routesAuditEvents()
 	s.routesCacheEntries()
 	s.routesCleanupPolicies()
+	s.routesVersion()
 	s.mount()
 	return s, nil
 }
@@ -128,7 +135,9 @@ func (s *Server) handle(method, pattern string, h handler) {
 
 // mount registers one dispatcher per pattern, so a wrong method gets GitLab's
 // 405 JSON rather than ServeMux's plain text, and an unknown route GitLab's
-// 404 {"error": ...}.
+// 404 {"error": ...}. Under /api/v4 both come after authentication: a bad
+// token is 401 whatever the method or route (an unknown route without
+// credentials stays 404, so that it does not look like a missing token).
 func (s *Server) mount() {
 	for _, pattern := range s.order {
 		methods := s.routes[pattern]
@@ -143,6 +152,11 @@ func (s *Server) mount() {
 		s.mux.Handle(pattern, s.wrap(route, func(w http.ResponseWriter, r *http.Request) error {
 			h, ok := methods[r.Method]
 			if !ok {
+				if strings.HasPrefix(route, apiPrefix) {
+					if _, err := s.authenticateAnyScope(r); err != nil {
+						return err
+					}
+				}
 				w.Header().Set("Allow", strings.Join(allow, ", "))
 				return &httpError{status: http.StatusMethodNotAllowed, body: map[string]any{"error": "405 Not Allowed"}}
 			}
@@ -150,9 +164,18 @@ func (s *Server) mount() {
 		}))
 	}
 	s.mux.Handle("/", s.wrap("unmatched", func(w http.ResponseWriter, r *http.Request) error {
+		if strings.HasPrefix(r.URL.Path, apiPrefix) {
+			if _, err := s.principal(r); err != nil {
+				return err
+			}
+		}
 		return errRouteNotFound
 	}))
 }
+
+// apiPrefix is where the REST API lives; the health and metrics endpoints
+// are outside it and need no credentials.
+const apiPrefix = "/api/v4/"
 
 // ServeHTTP serves the admin API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -158,15 +159,15 @@ func (s *Store) ProjectAccessLevel(project, user int64) int {
 }
 
 // HasMembershipUnder reports whether the user is a direct member of any group
-// or project inside the hierarchy of the top-level group top (the group itself
-// included).
+// or project inside the group top (the group itself included). top is
+// usually a top-level group (who may read its registries), but any group
+// works (who may see a private subgroup).
 func (s *Store) HasMembershipUnder(top, user int64) bool {
 	found := false
 	now := s.clock()
 	_ = s.db.View(func(tx *bolt.Tx) error {
 		for _, gid := range childIDs(tx.Bucket(bktUserGroups), user) {
-			chain := ancestorsTx(tx, gid)
-			if len(chain) > 0 && chain[len(chain)-1].ID == top && memberLevel(tx, bktGroupMembers, gid, user, now) > NoAccess {
+			if inChain(ancestorsTx(tx, gid), top) && memberLevel(tx, bktGroupMembers, gid, user, now) > NoAccess {
 				found = true
 				return nil
 			}
@@ -176,8 +177,7 @@ func (s *Store) HasMembershipUnder(top, user int64) bool {
 			if !ok {
 				continue
 			}
-			chain := ancestorsTx(tx, p.NamespaceID)
-			if len(chain) > 0 && chain[len(chain)-1].ID == top && memberLevel(tx, bktProjectMembers, pid, user, now) > NoAccess {
+			if inChain(ancestorsTx(tx, p.NamespaceID), top) && memberLevel(tx, bktProjectMembers, pid, user, now) > NoAccess {
 				found = true
 				return nil
 			}
@@ -185,4 +185,9 @@ func (s *Store) HasMembershipUnder(top, user int64) bool {
 		return nil
 	})
 	return found
+}
+
+// inChain reports whether group is one of chain's groups.
+func inChain(chain []Group, group int64) bool {
+	return slices.ContainsFunc(chain, func(g Group) bool { return g.ID == group })
 }

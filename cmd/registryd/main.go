@@ -239,7 +239,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		return err
 	}
 	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
-		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Disk: blobs.DiskStatus})
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Disk: blobs.DiskStatus, Version: version})
 	if err != nil {
 		return err
 	}

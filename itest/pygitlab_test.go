@@ -1,0 +1,186 @@
+package itest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pythonWithGitlab finds a Python that can import python-gitlab: $REGISTRYD_TEST_PYTHON
+// when set, then Debian's /usr/bin/python3 (where the python3-gitlab
+// package installs it, whatever python3 comes first on PATH), then python3.
+// Without one the test is skipped, except in CI (CI=true), where .ci/run
+// installs python3-gitlab and a skip would hide a missing client.
+func pythonWithGitlab(t *testing.T) string {
+	t.Helper()
+	var tried []string
+	for _, py := range []string{os.Getenv("REGISTRYD_TEST_PYTHON"), "/usr/bin/python3", "python3"} {
+		if py == "" {
+			continue
+		}
+		out, err := exec.Command(py, "-c", "import gitlab; print(gitlab.__version__)").CombinedOutput()
+		if err == nil {
+			t.Logf("%s has python-gitlab %s", py, strings.TrimSpace(string(out)))
+			return py
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v", py, err))
+	}
+	msg := "python-gitlab is not importable (" + strings.Join(tried, "; ") +
+		"); on Debian: apt-get install python3-gitlab"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (.ci/run installs it: CI must not skip this test)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// freeLoopbackAddr is a loopback address with a port free at the time of the
+// call, for a daemon whose external URL must name its admin port before it
+// starts.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestPythonGitlab runs Debian's python-gitlab against the daemon: sign-in,
+// the group, project, member and token lists (with pagination through the
+// Link headers), the version, and the three event lists. external.url is the
+// URL the client uses, so python-gitlab must give no warning about the base
+// URL (nor any other).
+func TestPythonGitlab(t *testing.T) {
+	py := pythonWithGitlab(t)
+	admin := freeLoopbackAddr(t)
+	url := "http://" + admin
+	d := Start(t, map[string]string{"REGISTRYD_ADMIN_LISTEN": admin, "REGISTRYD_EXTERNAL_URL": url})
+	f := d.Fix(t)
+
+	alice, aliceToken := f.User("alice", false)
+	bob, _ := f.User("bob", false)
+	// root creates the groups, so root owns each top-level one.
+	acme := f.Group("acme", 0, "private")
+	f.Member(acme, alice, 30)
+	var subs []int64
+	for i := 1; i <= 11; i++ {
+		subs = append(subs, f.Group(fmt.Sprintf("g%02d", i), acme, "private"))
+	}
+	f.Member(subs[4], alice, 40) // g05: maintainer, above what acme gives
+	f.Group("open", 0, "public")
+	f.Group("secret", 0, "private")
+	d.Do("POST", fmt.Sprintf("/users/%d/personal_access_tokens", alice), rootToken,
+		map[string]any{"name": "laptop", "scopes": []string{"read_api"}}).Expect(t, 201)
+
+	// Events, oldest first: root creates app (created), bob and alice join
+	// it (joined), alice creates tool (created).
+	app := d.Do("POST", "/projects", rootToken, map[string]any{"name": "app", "namespace_id": subs[0]}).Expect(t, 201).ID(t)
+	d.Do("POST", fmt.Sprintf("/projects/%d/members", app), rootToken, map[string]any{"user_id": bob, "access_level": 20}).Expect(t, 201)
+	d.Do("POST", fmt.Sprintf("/projects/%d/members", app), rootToken, map[string]any{"user_id": alice, "access_level": 40}).Expect(t, 201)
+	tool := d.Do("POST", "/projects", aliceToken, map[string]any{"name": "tool", "namespace_id": acme}).Expect(t, 201).ID(t)
+
+	input, err := json.Marshal(map[string]any{
+		"url": url, "token": aliceToken, "admin_token": rootToken, "group_id": acme, "subgroup_id": subs[4],
+		"project_id": app, "user_id": alice, "other_user_id": bob,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "testdata/pygitlab/calls.py")
+	cmd.Env = append(os.Environ(), "PYGITLAB_INPUT="+string(input), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	done := make(chan struct{})
+	timer := time.AfterFunc(2*time.Minute, func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+		}
+	})
+	raw, err := cmd.Output()
+	close(done)
+	timer.Stop()
+	if err != nil {
+		t.Fatalf("python-gitlab script: %v\n%s\ndaemon log:\n%s", err, stderr.String(), d.Logs())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("script output is not JSON (%v): %s\n%s", err, raw, stderr.String())
+	}
+	t.Logf("python-gitlab %v", got["python_gitlab"])
+
+	// What GET /version answers over plain HTTP, for python-gitlab's
+	// gl.version() to agree with.
+	ver := d.Do("GET", "/version", aliceToken, nil).Expect(t, 200).Map(t)
+
+	subgroups := []any{}
+	for i := 1; i <= 11; i++ {
+		subgroups = append(subgroups, fmt.Sprintf("acme/g%02d", i))
+	}
+	aliceGroups := append([]any{"acme"}, subgroups...)
+	want := map[string]any{
+		"auth":             map[string]any{"username": "alice", "id": float64(alice), "web_url": url + "/alice"},
+		"version":          []any{ver["version"], ver["revision"]},
+		"groups_all":       aliceGroups,
+		"groups_iter":      aliceGroups,
+		"groups_iter_meta": map[string]any{"total": float64(12), "total_pages": float64(3), "per_page": float64(5)},
+		"groups_page2":     subgroups[4:9],
+		"groups_available": append(append([]any{"acme"}, subgroups...), "open"),
+		// search: "g1" is shorter than 3 characters, so a whole name or
+		// path only; none is "g1".
+		"groups_search":       []any{},
+		"groups_top":          []any{"acme"},
+		"groups_min40":        []any{"acme/g05"},
+		"groups_owned":        []any{},
+		"admin_groups":        append(append([]any{"acme"}, subgroups...), "open", "secret"),
+		"projects_all":        []any{"acme/tool", "acme/g01/app"},
+		"projects_membership": []any{"acme/tool", "acme/g01/app"},
+		"projects_search":     []any{"acme/tool"},
+		"group_members":       []any{[]any{"root", float64(50)}, []any{"alice", float64(30)}},
+		"group_members_all":   []any{[]any{"root", float64(50)}, []any{"alice", float64(30)}},
+		// root created g05 (owner), before alice joined it.
+		"subgroup_members":        []any{[]any{"root", float64(50)}, []any{"alice", float64(40)}},
+		"subgroup_members_all":    []any{[]any{"root", float64(50)}, []any{"alice", float64(40)}},
+		"subgroup_member_all_one": []any{[]any{"alice", float64(40)}},
+		"project_members":         []any{[]any{"bob", float64(20)}, []any{"alice", float64(40)}},
+		"project_members_all":     []any{[]any{"root", float64(50)}, []any{"bob", float64(20)}, []any{"alice", float64(40)}},
+		"tokens":                  []any{[]any{"t", true, false}, []any{"laptop", true, false}},
+		"admin_tokens_of_user":    []any{"t", "laptop"},
+		// Events newest first: alice's own, bob's (alice can see app),
+		// and app's.
+		"events":                []any{[]any{"created", float64(tool), "alice"}, []any{"joined", float64(app), "alice"}},
+		"user_events":           []any{[]any{"joined", float64(app), "bob"}},
+		"project_events":        []any{[]any{"joined", float64(app), "alice"}, []any{"joined", float64(app), "bob"}, []any{"created", float64(app), "root"}},
+		"project_events_joined": []any{[]any{"joined", float64(app), "alice"}, []any{"joined", float64(app), "bob"}},
+		"bad_token":             "GitlabAuthenticationError 401",
+		"warnings":              []any{},
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("%s: missing from the script's output", k)
+			continue
+		}
+		if g == nil {
+			g = []any{}
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%s:\n got  %v\n want %v", k, g, w)
+		}
+	}
+	if ver["version"] != "dev" || !regexp.MustCompile(`^([0-9a-f]{11}|unknown)$`).MatchString(fmt.Sprint(ver["revision"])) {
+		t.Errorf("GET /version: %v", ver)
+	}
+	noServerErrors(t, d)
+}
