@@ -47,7 +47,8 @@ Usage:
 Configuration: embedded defaults, then the YAML file, then REGISTRYD_<SECTION>_<KEY>
 environment variables (for example REGISTRYD_DATA_DIR, REGISTRYD_PROXY_LISTEN,
 REGISTRYD_ADMIN_LISTEN, REGISTRYD_EXTERNAL_URL, REGISTRYD_ROOT_TOKEN).
-See docs/operations.md for every setting.
+See docs/operations.md for every setting, and config/registryd.example.yaml for a
+file with every setting at its default.
 `
 
 func main() {
