@@ -59,6 +59,7 @@ func (d *daemon) start() error {
 		"REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK=true",
 		"REGISTRYD_LOG_FORMAT=json",
 		"REGISTRYD_LOG_LEVEL=info",
+		"REGISTRYD_SHUTDOWN_DRAIN_DELAY=0s", // no load balancer to wait for
 	}
 	if d.pprof != "" {
 		cmd.Env = append(cmd.Env, "REGISTRYD_ADMIN_PPROF_LISTEN="+d.pprof)

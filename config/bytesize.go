@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"gopkg.in/yaml.v3"
 )
 
 // ByteSize is a size in bytes, written in YAML or the environment as a plain
@@ -47,20 +45,6 @@ func ParseByteSize(s string) (ByteSize, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return ByteSize(n) * mult, nil
-}
-
-// UnmarshalYAML accepts an integer or a string with a unit. A bad value is a
-// *yaml.TypeError, so the decoder goes on and Load reports it with the rest.
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseByteSize(n.Value)
-	if n.Kind != yaml.ScalarNode {
-		err = fmt.Errorf("a size must be a number or a string like 4MiB")
-	}
-	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
-	}
-	*b = v
-	return nil
 }
 
 func (b ByteSize) String() string {

@@ -4,18 +4,16 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // Plan is the licence tier registryd behaves as.
@@ -71,7 +69,8 @@ type Data struct {
 
 // Proxy is the download listener (fasthttp).
 type Proxy struct {
-	// Listen is the proxy listener address. Default ":8080".
+	// Listen is the proxy listener address, host:port (an empty host listens
+	// on every interface; port 0 lets the kernel choose, for tests). Default ":8080".
 	Listen string `yaml:"listen"`
 	// HeaderTimeout bounds receiving one request line plus its headers: on a
 	// new connection from when it is served, on a kept-alive one from the
@@ -109,7 +108,7 @@ type Proxy struct {
 
 // Admin is the management listener (net/http).
 type Admin struct {
-	// Listen is the admin listener address. Default "127.0.0.1:8081".
+	// Listen is the admin listener address, host:port. Default "127.0.0.1:8081".
 	Listen string `yaml:"listen"`
 	// MaxBodyBytes caps request bodies of the REST API; larger ones get 413. Default 4MiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
@@ -128,7 +127,10 @@ type Admin struct {
 
 // External is how clients reach registryd.
 type External struct {
-	// URL is the base for web_url and pagination links. Default "http://localhost:8081".
+	// URL is the base for web_url and pagination links: the address clients
+	// use to reach the admin API. GitLab clients (python-gitlab) warn when the
+	// links differ from the URL they were given. Default "": derived from
+	// admin.listen by ExternalURLFor ("127.0.0.1:8081" -> "http://127.0.0.1:8081").
 	URL string `yaml:"url"`
 }
 
@@ -279,7 +281,13 @@ type Cleanup struct {
 
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
-	// Timeout is how long in-flight requests may drain. Default 30s.
+	// DrainDelay is how long registryd keeps serving after SIGTERM or
+	// SIGINT with /-/readiness answering 503, before it stops accepting
+	// connections, so that load balancers polling readiness take it out of
+	// rotation while it still answers. A second signal ends it early. 0
+	// stops accepting at once. Default 5s.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// Timeout is how long in-flight requests may then drain. Default 30s.
 	Timeout time.Duration `yaml:"timeout"`
 }
 
@@ -315,7 +323,6 @@ func Default() Config {
 			ReadTimeout:    60 * time.Second,
 			WriteTimeout:   60 * time.Second,
 		},
-		External: External{URL: "http://localhost:8081"},
 		Upstreams: Upstreams{
 			ConnectTimeout: 10 * time.Second,
 			HeaderTimeout:  10 * time.Second,
@@ -347,16 +354,18 @@ func Default() Config {
 			MemoryBytes:      32 * MiB,
 		},
 		Cleanup:  Cleanup{CheckInterval: time.Minute, BatchSize: 500},
-		Shutdown: Shutdown{Timeout: 30 * time.Second},
+		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
 	}
 }
 
 // Load returns the defaults, overlaid by the YAML file at path (when path is not
-// empty), overlaid by REGISTRYD_* variables from environ, and validated. Every
-// problem found on the way (unknown or ill-typed keys in the file, unknown or
-// malformed variables, invalid values) is reported at once as Problems; only
-// an unreadable file or a YAML syntax error stops earlier.
+// empty), overlaid by REGISTRYD_* variables from environ, with external.url
+// derived from admin.listen when neither set it, and validated. Every problem
+// found on the way (unknown or ill-typed keys in the file, unknown or
+// malformed variables, invalid values) is reported at once as Problems, in an
+// operator's words; only an unreadable file or a YAML syntax error stops
+// earlier.
 func Load(path string, environ []string) (Config, error) {
 	cfg := Default()
 	var all Problems
@@ -365,22 +374,18 @@ func Load(path string, environ []string) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("config: %w", err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(raw))
-		dec.KnownFields(true)
-		// An empty file is no settings, not an error.
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			var te *yaml.TypeError
-			if !errors.As(err, &te) {
-				return cfg, fmt.Errorf("config: %s: %w", path, err)
-			}
-			for _, e := range te.Errors {
-				all = append(all, path+": "+e)
-			}
+		p, err := applyYAML(&cfg, path, raw)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
 		}
+		all = append(all, p...)
 	}
 	var p Problems
 	if err := applyEnv(&cfg, environ); errors.As(err, &p) {
 		all = append(all, p...)
+	}
+	if cfg.External.URL == "" {
+		cfg.External.URL = ExternalURLFor(cfg.Admin.Listen)
 	}
 	if err := cfg.Validate(); errors.As(err, &p) {
 		all = append(all, p...)
@@ -406,24 +411,28 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.Data.Dir) == "" {
 		add("data.dir (REGISTRYD_DATA_DIR) must not be empty")
 	}
-	for _, l := range []struct{ name, addr string }{
+	listens := []struct{ name, addr string }{
 		{"proxy.listen (REGISTRYD_PROXY_LISTEN)", c.Proxy.Listen},
 		{"admin.listen (REGISTRYD_ADMIN_LISTEN)", c.Admin.Listen},
-	} {
-		if _, _, err := net.SplitHostPort(l.addr); err != nil {
-			add("%s: %q is not host:port", l.name, l.addr)
-		}
 	}
 	if c.Admin.PprofListen != "" {
-		if _, _, err := net.SplitHostPort(c.Admin.PprofListen); err != nil {
-			add("admin.pprof_listen (REGISTRYD_ADMIN_PPROF_LISTEN): %q is not host:port", c.Admin.PprofListen)
+		listens = append(listens, struct{ name, addr string }{"admin.pprof_listen (REGISTRYD_ADMIN_PPROF_LISTEN)", c.Admin.PprofListen})
+	}
+	for i, l := range listens {
+		if why := checkListen(l.addr); why != "" {
+			add("%s: %q %s", l.name, l.addr, why)
+			continue
+		}
+		for _, m := range listens[:i] {
+			if checkListen(m.addr) == "" && listensOverlap(l.addr, m.addr) {
+				add("%s and %s must differ (%q and %q take the same port)", firstWord(m.name), firstWord(l.name), m.addr, l.addr)
+			}
 		}
 	}
-	if c.Proxy.Listen != "" && c.Proxy.Listen == c.Admin.Listen && !strings.HasSuffix(c.Proxy.Listen, ":0") {
-		add("proxy.listen and admin.listen must differ (both %q)", c.Proxy.Listen)
-	}
-	if u, err := url.Parse(c.External.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		add("external.url (REGISTRYD_EXTERNAL_URL): %q must be an absolute http(s) URL", c.External.URL)
+	if c.External.URL != "" {
+		if u, err := url.Parse(c.External.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("external.url (REGISTRYD_EXTERNAL_URL): %q must be an absolute http(s) URL", c.External.URL)
+		}
 	}
 	if c.License.Plan.rank() == 0 {
 		add("license.plan (REGISTRYD_LICENSE_PLAN): %q must be free, premium or ultimate", c.License.Plan)
@@ -521,6 +530,9 @@ func (c Config) Validate() error {
 	if c.Cleanup.BatchSize < 1 || c.Cleanup.BatchSize > 10000 {
 		add("cleanup.batch_size (REGISTRYD_CLEANUP_BATCH_SIZE) must be between 1 and 10000, got %d", c.Cleanup.BatchSize)
 	}
+	if c.Shutdown.DrainDelay < 0 {
+		add("shutdown.drain_delay (REGISTRYD_SHUTDOWN_DRAIN_DELAY) must not be negative (0 stops accepting at once), got %s", c.Shutdown.DrainDelay)
+	}
 	if c.Upstreams.MaxRedirects < 0 {
 		add("upstreams.max_redirects must not be negative, got %d", c.Upstreams.MaxRedirects)
 	}
@@ -565,6 +577,77 @@ func (c Config) Validate() error {
 		return p
 	}
 	return nil
+}
+
+// checkListen says what is wrong with a listen address, or "" when it is
+// host:port with a numeric port 0..65535 (0: the kernel chooses) and a host
+// that is empty (every interface), an IP address or a host name. net.Listen
+// would also take service names (":http") and find out about a port past
+// 65535 only when binding; both are refused here, before anything starts.
+func checkListen(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "is not host:port (like :8080 or 127.0.0.1:8080)"
+	}
+	n, err := strconv.Atoi(port)
+	if port == "" || strings.Trim(port, "0123456789") != "" || err != nil {
+		return "has no port number (like :8080 or 127.0.0.1:8080)"
+	}
+	if n > 65535 {
+		return fmt.Sprintf("has port %s; a port is 1 to 65535 (0 lets the system choose one)", port)
+	}
+	if host == "" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || strings.Trim(strings.ToLower(label), "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return fmt.Sprintf("has host %q, which is neither an IP address nor a host name", host)
+		}
+	}
+	return ""
+}
+
+// listensOverlap reports whether two valid listen addresses would take the
+// same port: equal ports (not 0, which the kernel picks afresh) on the same
+// host, or one of them on every interface.
+func listensOverlap(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || strings.Trim(pa, "0") == "" {
+		return false
+	}
+	return ha == hb || isWildcard(ha) || isWildcard(hb)
+}
+
+func isWildcard(host string) bool {
+	if host == "" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsUnspecified()
+}
+
+func firstWord(s string) string {
+	w, _, _ := strings.Cut(s, " ")
+	return w
+}
+
+// ExternalURLFor is external.url's default for an admin listen address:
+// http:// and the address, with a wildcard host ("", 0.0.0.0, ::) replaced
+// by localhost, since a client cannot connect to a wildcard. "" when listen
+// is not a valid listen address (Validate says why).
+func ExternalURLFor(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || checkListen(listen) != "" {
+		return ""
+	}
+	if isWildcard(host) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // Path joins elem under the data directory.

@@ -50,8 +50,8 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the defaults do not validate: %v", err)
 	}
-	if cfg != Default() {
-		t.Fatalf("Load without file or env differs from Default()")
+	if cfg != loadedDefaults() {
+		t.Fatalf("Load without file or env differs from Default() with external.url derived")
 	}
 	checks := []struct {
 		name      string
@@ -67,7 +67,8 @@ func TestDefaults(t *testing.T) {
 		{"plan", cfg.License.Plan, PlanUltimate},
 		{"virtual registry", cfg.Features.VirtualRegistry, true},
 		{"root token", cfg.Root.Token, ""},
-		{"external url", cfg.External.URL, "http://localhost:8081"},
+		{"external url, from admin.listen", cfg.External.URL, "http://127.0.0.1:8081"},
+		{"shutdown drain delay", cfg.Shutdown.DrainDelay, 5 * time.Second},
 		{"proxy header timeout", cfg.Proxy.HeaderTimeout, 10 * time.Second},
 		{"proxy read timeout", cfg.Proxy.ReadTimeout, 60 * time.Second},
 		{"proxy concurrency", cfg.Proxy.Concurrency, 8192},
@@ -81,6 +82,14 @@ func TestDefaults(t *testing.T) {
 	if got := cfg.Path("secrets.key"); got != filepath.Join("data", "secrets.key") {
 		t.Errorf("Path = %q", got)
 	}
+}
+
+// loadedDefaults is what Load gives without file or environment: the
+// defaults, with external.url derived from admin.listen.
+func loadedDefaults() Config {
+	cfg := Default()
+	cfg.External.URL = "http://127.0.0.1:8081"
+	return cfg
 }
 
 func TestYAMLFile(t *testing.T) {
@@ -133,7 +142,7 @@ log:
 
 	t.Run("empty file", func(t *testing.T) {
 		cfg, err := Load(writeFile(t, ""), nil)
-		if err != nil || cfg != Default() {
+		if err != nil || cfg != loadedDefaults() {
 			t.Fatalf("an empty file: %v", err)
 		}
 	})
@@ -159,7 +168,10 @@ proxy:
   max_upload_bytes: lots
 nonsense: 1
 `), nil)
-		wantProblems(t, err, "field colour not found", "soon", `"lots" is not a size`, "field nonsense not found")
+		wantProblems(t, err, `registryd.yaml:4: data: unknown setting "colour"`,
+			`registryd.yaml:6: proxy.read_timeout: "soon" is not a duration (like 30s or 5m)`,
+			`registryd.yaml:7: proxy.max_upload_bytes: "lots" is not a size`,
+			`registryd.yaml:8: unknown section "nonsense"`)
 	})
 }
 
@@ -224,7 +236,7 @@ func TestEnvOverrides(t *testing.T) {
 			"REGISTRYD_NOPE=1",
 			"REGISTRYD_LICENSE_PLAN=gold",
 		})
-		wantProblems(t, err, "field colour not found", "REGISTRYD_NOPE is not a known setting",
+		wantProblems(t, err, `log: unknown setting "colour"`, "REGISTRYD_NOPE is not a known setting",
 			`license.plan (REGISTRYD_LICENSE_PLAN): "gold"`, `log.level (REGISTRYD_LOG_LEVEL): "loud"`)
 	})
 }

@@ -27,7 +27,11 @@ func applyEnv(cfg *Config, environ []string) error {
 			if name == "REGISTRYD_CONFIG" {
 				continue
 			}
-			p = append(p, fmt.Sprintf("%s is not a known setting", name))
+			hint := ""
+			if best := closest(name, keysOf(fields)); best != "" {
+				hint = " (did you mean " + best + "?)"
+			}
+			p = append(p, fmt.Sprintf("%s is not a known setting%s", name, hint))
 			continue
 		}
 		if err := setValue(f, value); err != nil {
@@ -50,6 +54,14 @@ func envFields(cfg *Config) map[string]reflect.Value {
 			key := yamlName(sv.Type().Field(j))
 			out["REGISTRYD_"+strings.ToUpper(section)+"_"+strings.ToUpper(key)] = sv.Field(j)
 		}
+	}
+	return out
+}
+
+func keysOf(m map[string]reflect.Value) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
 	return out
 }

@@ -107,11 +107,12 @@ func TestBadConfigStartsNothing(t *testing.T) {
 	}
 	for _, want := range []string{
 		"invalid configuration",
-		"field listn not found",
+		`proxy: unknown setting "listn" (did you mean "listen"?)`,
 		`"lots" is not a size`,
 		`license.plan (REGISTRYD_LICENSE_PLAN): "gold" must be free, premium or ultimate`,
 		`log.level (REGISTRYD_LOG_LEVEL): "loud"`,
 		`admin.listen (REGISTRYD_ADMIN_LISTEN): "not-an-address" is not host:port`,
+		"REGISTRYD_UPSTRAEMS_ALLOW_LOCAL_NETWORK is not a known setting (did you mean REGISTRYD_UPSTREAMS_ALLOW_LOCAL_NETWORK?)",
 		`REGISTRYD_UPSTREAMS_CHECK_TIMEOUT: "soon" is not a duration`,
 		"REGISTRYD_UPSTRAEMS_ALLOW_LOCAL_NETWORK is not a known setting",
 	} {

@@ -116,6 +116,9 @@ func StartWrapped(t testing.TB, env map[string]string, wrap ...string) *Daemon {
 		// the daemon can write.
 		"REGISTRYD_LOG_LEVEL":        "debug",
 		"REGISTRYD_SHUTDOWN_TIMEOUT": "10s",
+		// No load balancer watches a test daemon's readiness: stop at once
+		// (TestReadinessWhileDraining sets its own).
+		"REGISTRYD_SHUTDOWN_DRAIN_DELAY": "0s",
 	}}
 	for k, v := range env {
 		d.Env[k] = v

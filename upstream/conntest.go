@@ -26,8 +26,9 @@ type TestResult struct {
 // 2xx and 404 succeed: the test checks reachability and credentials, not that
 // an artifact exists. Any other status gives "Error: <code> - <reason
 // phrase>"; a network failure gives "Error: <short reason>" such as
-// "Connection timeout", "Connection refused", "Host not found", "Too many
-// redirects" or a CheckURL reason ("is blocked: ..."). Results are fixed
+// "Connection timeout", "Connection refused", "Host cannot be resolved or
+// invalid" (HostUnresolvable), "Too many redirects" or a CheckURL reason
+// ("is blocked: ..."). Results are fixed
 // phrases: they never contain the URL or the credentials.
 func (c *Client) Test(ctx context.Context, ep Endpoint, path string) TestResult {
 	ctx, cancel := context.WithTimeout(ctx, c.checkTimeout)

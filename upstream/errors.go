@@ -150,10 +150,8 @@ func classify(err error) (kind error, reason string) {
 	case errors.Is(err, context.Canceled):
 		return ErrUnavailable, "Request canceled"
 	case errors.As(err, &dnsErr):
-		if dnsErr.IsNotFound {
-			return ErrUnavailable, "Host not found"
-		}
-		return ErrUnavailable, "Host cannot be resolved"
+		// Not found or no answer: the same words as the URL check's.
+		return ErrUnavailable, HostUnresolvable
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return ErrUnavailable, "Connection refused"
 	case errors.Is(err, syscall.ECONNRESET):

@@ -31,8 +31,10 @@ func TestClassify(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, ErrTimeout, "Connection timeout"},
 		{"net timeout", &net.DNSError{Err: "timeout", IsTimeout: true}, ErrTimeout, "Connection timeout"},
 		{"canceled", context.Canceled, ErrUnavailable, "Request canceled"},
-		{"dns not found", &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, ErrUnavailable, "Host not found"},
-		{"dns failure", &net.DNSError{Err: "server misbehaving", Name: "x"}, ErrUnavailable, "Host cannot be resolved"},
+		// One wording for every DNS failure, the URL check's (ReasonUnresolvable).
+		{"dns not found", &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}, ErrUnavailable, "Host cannot be resolved or invalid"},
+		{"dns failure", &net.DNSError{Err: "server misbehaving", Name: "x"}, ErrUnavailable, "Host cannot be resolved or invalid"},
+		{"dns not found, wrapped", &net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}, ErrUnavailable, HostUnresolvable},
 		{"refused", opErr(syscall.ECONNREFUSED), ErrUnavailable, "Connection refused"},
 		{"reset", opErr(syscall.ECONNRESET), ErrUnavailable, "Connection reset by peer"},
 		{"net unreachable", opErr(syscall.ENETUNREACH), ErrUnavailable, "Network is unreachable"},

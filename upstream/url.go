@@ -15,6 +15,13 @@ import (
 // normalisation (GitLab's limit).
 const MaxURLLength = 255
 
+// HostUnresolvable is the one wording for an upstream host name that does
+// not resolve (no DNS record, no DNS server reachable, a name that is not a
+// host name): GitLab's, after "is blocked: " when the URL is checked before
+// it is saved or tested (ReasonUnresolvable), alone when a fetch or a
+// connection test finds it out (classify). Operators search for one phrase.
+const HostUnresolvable = "Host cannot be resolved or invalid"
+
 // Reasons carried by *URLError. They are GitLab's validation messages, so the
 // admin API can put them under the "url" field as they are.
 const (
@@ -23,7 +30,7 @@ const (
 	ReasonLocalhost    = "is blocked: Requests to localhost are not allowed"
 	ReasonLocalNetwork = "is blocked: Requests to the local network are not allowed"
 	ReasonLinkLocal    = "is blocked: Requests to the link local network are not allowed"
-	ReasonUnresolvable = "is blocked: Host cannot be resolved or invalid"
+	ReasonUnresolvable = "is blocked: " + HostUnresolvable
 )
 
 // URLError is an upstream URL that is malformed or points somewhere registryd

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -46,7 +47,8 @@ Usage:
 Configuration: embedded defaults, then the YAML file, then REGISTRYD_<SECTION>_<KEY>
 environment variables (for example REGISTRYD_DATA_DIR, REGISTRYD_PROXY_LISTEN,
 REGISTRYD_ADMIN_LISTEN, REGISTRYD_EXTERNAL_URL, REGISTRYD_ROOT_TOKEN).
-See docs/operations.md for every setting.
+See docs/operations.md for every setting, and config/registryd.example.yaml for a
+file with every setting at its default.
 `
 
 func main() {
@@ -81,9 +83,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "registryd: %v\n", err)
 			return 1
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		ctx, hurry, stop := stopSignals()
 		defer stop()
-		if err := serve(ctx, cfg, stderr); err != nil {
+		if err := serve(ctx, hurry, cfg, stderr); err != nil {
 			fmt.Fprintf(stderr, "registryd: %v\n", err)
 			return 1
 		}
@@ -93,14 +95,53 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// stopSignals turns SIGTERM and SIGINT into two contexts: the first signal
+// cancels stop (begin a graceful stop), a second one cancels hurry (skip
+// what is left of shutdown.drain_delay: an operator pressing Ctrl-C twice
+// wants out now). release stops catching the signals.
+func stopSignals() (stop, hurry context.Context, release func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	stop, cancelStop := context.WithCancel(context.Background())
+	hurry, cancelHurry := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		for _, cancel := range []context.CancelFunc{cancelStop, cancelHurry} {
+			select {
+			case <-sigs:
+				cancel()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return stop, hurry, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancelStop()
+		cancelHurry()
+	}
+}
+
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationsAsText writes a duration as Go writes it ("1.5s", "30m0s")
+// instead of slog's JSON default, an integer of nanoseconds that a reader
+// has to divide in their head and a log pipeline cannot tell from a count.
+// The text handler already does so; this makes both formats agree.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // lockedWriter serialises writes to a log destination that is not a file:
@@ -135,12 +176,36 @@ func accessLogWriter(cfg config.Config, logw io.Writer) (w io.Writer, name strin
 	return f, cfg.Proxy.AccessLogPath, f.Close, nil
 }
 
-// serve runs registryd until ctx is cancelled, then stops gracefully.
-func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
+// serve runs registryd until ctx is cancelled, then stops gracefully: it
+// answers /-/readiness 503 while it keeps serving for shutdown.drain_delay
+// (cut short when hurry is cancelled), then drains and stops.
+func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error {
 	if _, ok := logw.(*os.File); !ok {
 		logw = &lockedWriter{w: logw}
 	}
 	log := newLogger(cfg, logw)
+
+	// Bind every listener before anything is written: a port that is taken
+	// or a host that is not this machine's fails the start before the data
+	// dir, the secrets, root or its token exist, so a bad configuration
+	// leaves no trace on disk (config.Validate has already refused what can
+	// be seen without trying).
+	lns, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	serving := false
+	defer func() {
+		if !serving {
+			lns.close()
+		}
+	}()
+	// external.url derived from an admin.listen with port 0 (tests) names
+	// the port the kernel chose, so that links in answers work.
+	if cfg.External.URL == config.ExternalURLFor(cfg.Admin.Listen) && strings.HasSuffix(cfg.Admin.Listen, ":0") {
+		cfg.External.URL = config.ExternalURLFor(lns.admin.Addr().String())
+	}
+
 	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -208,24 +273,17 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		}
 	}()
 
-	// Bind both listeners before serving anything, so a taken port fails
-	// the start as a whole.
-	proxyLn, err := net.Listen("tcp", cfg.Proxy.Listen)
-	if err != nil {
-		return fmt.Errorf("proxy listener: %w", err)
-	}
-	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
-	if err != nil {
-		proxyLn.Close()
-		return fmt.Errorf("admin listener: %w", err)
-	}
-
-	var serving atomic.Bool
+	var (
+		listening atomic.Bool // both listeners serve
+		draining  atomic.Bool // a stop has begun: keep serving, but not ready
+	)
 	ready := func() error {
 		switch {
+		case draining.Load():
+			return errors.New("shutting down")
 		case !storeOpen.Load():
 			return errors.New("store closed")
-		case !serving.Load():
+		case !listening.Load():
 			return errors.New("listeners not serving")
 		}
 		return nil
@@ -259,25 +317,45 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	}
 
 	errc := make(chan error, 3)
-	go func() { errc <- proxySrv.Serve(proxyLn) }()
-	go func() { errc <- httpSrv.Serve(adminLn) }()
-	if cfg.Admin.PprofListen != "" {
-		go func() { errc <- servePprof(cfg.Admin.PprofListen) }()
+	serving = true
+	go func() { errc <- proxySrv.Serve(lns.proxy) }()
+	go func() { errc <- httpSrv.Serve(lns.admin) }()
+	if lns.pprof != nil {
+		go func() { errc <- servePprof(lns.pprof) }()
 	}
 	proxySrv.Start()
 	cleaner.Start()
-	serving.Store(true)
-	log.Info("registryd started", "version", version, "proxy", proxyLn.Addr().String(),
-		"admin", adminLn.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName)
+	listening.Store(true)
+	log.Info("registryd started", "version", version, "proxy", lns.proxy.Addr().String(),
+		"admin", lns.admin.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName,
+		"external_url", cfg.External.URL)
 
 	var runErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "timeout", cfg.Shutdown.Timeout)
+		// Not ready first, still serving: a load balancer polling
+		// /-/readiness takes registryd out of rotation while requests it
+		// still sends are answered, instead of meeting a closed port.
+		draining.Store(true)
+		log.Info("shutting down: /-/readiness answers 503, still serving until the drain delay is over",
+			"drain_delay", cfg.Shutdown.DrainDelay, "timeout", cfg.Shutdown.Timeout)
+		if cfg.Shutdown.DrainDelay > 0 {
+			t := time.NewTimer(cfg.Shutdown.DrainDelay)
+			select {
+			case <-t.C:
+			case <-hurry.Done():
+				log.Info("a second signal: the drain delay is cut short")
+			case runErr = <-errc:
+				log.Error("listener failed", "err", runErr)
+			}
+			t.Stop()
+		}
+		log.Info("closing the listeners; in-flight requests may finish", "timeout", cfg.Shutdown.Timeout)
 	case runErr = <-errc:
 		log.Error("listener failed", "err", runErr)
 	}
-	serving.Store(false)
+	draining.Store(true)
+	listening.Store(false)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
 	defer cancel()
 	if err := httpSrv.Shutdown(sctx); err != nil {
@@ -358,13 +436,47 @@ func bootstrapRoot(cfg config.Config, st *store.Store, log *slog.Logger) error {
 	return nil
 }
 
-func servePprof(addr string) error {
+// listeners are registryd's bound sockets; pprof is nil when off.
+type listeners struct {
+	proxy, admin, pprof net.Listener
+}
+
+func (l listeners) close() {
+	for _, ln := range []net.Listener{l.proxy, l.admin, l.pprof} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// listen binds the proxy, admin and (when configured) pprof addresses, or
+// none of them.
+func listen(cfg config.Config) (listeners, error) {
+	var l listeners
+	var err error
+	if l.proxy, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+		return l, fmt.Errorf("proxy listener (proxy.listen %s): %w", cfg.Proxy.Listen, err)
+	}
+	if l.admin, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+		l.close()
+		return listeners{}, fmt.Errorf("admin listener (admin.listen %s): %w", cfg.Admin.Listen, err)
+	}
+	if cfg.Admin.PprofListen != "" {
+		if l.pprof, err = net.Listen("tcp", cfg.Admin.PprofListen); err != nil {
+			l.close()
+			return listeners{}, fmt.Errorf("pprof listener (admin.pprof_listen %s): %w", cfg.Admin.PprofListen, err)
+		}
+	}
+	return l, nil
+}
+
+func servePprof(ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	return srv.ListenAndServe()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.Serve(ln)
 }
