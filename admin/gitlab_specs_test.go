@@ -76,3 +76,55 @@ func TestGitLabSpecEvents(t *testing.T) {
 		wantBody(t, r, 400, fmt.Sprintf(`{"error":"%s is invalid"}`, name))
 	}
 }
+
+// registries_spec.rb, PATCH 'for params': description is allow_blank: false.
+// registryd also requires name (the spec's rule), so GitLab's rows without
+// a name are 400 here.
+func TestGitLabSpecRegistryPatch(t *testing.T) {
+	e := newUpstreamEnv(t)
+	path := fmt.Sprintf("%s/registries/%d", vrBase, e.registry.ID)
+	tests := []struct {
+		body   string
+		status int
+		answer string
+	}{
+		{`{"name":"foo"}`, 200, ""},
+		{`{"name":"foo","description":"bar"}`, 200, ""},
+		{`{"name":"","description":"bar"}`, 400, `{"error":"name is empty"}`},
+		{`{"name":"foo","description":""}`, 400, `{"error":"description is empty"}`},
+		{`{"name":"foo","description":"   "}`, 400, `{"error":"description is empty"}`},
+		{`{"name":"foo","description":null}`, 400, `{"error":"description is empty"}`},
+		{`{"name":"","description":""}`, 400, `{"error":"name is empty, description is empty"}`},
+		// GitLab: 200 and 400 ("name, description are missing, …"); the
+		// spec makes name required.
+		{`{"description":"bar"}`, 400, `{"error":"name is missing"}`},
+		{`{}`, 400, `{"error":"name is missing"}`},
+	}
+	for _, tc := range tests {
+		r := e.send(http.MethodPatch, path, "maintainer", tc.body)
+		if tc.status == 200 {
+			r.want(t, 200)
+			continue
+		}
+		wantBody(t, r, tc.status, tc.answer)
+	}
+	reg, err := e.st.Registry(e.registry.ID)
+	if err != nil || reg.Description != "bar" {
+		t.Fatalf("stored %+v, %v: a refused PATCH changed it", reg, err)
+	}
+	// A form body says it the same way; POST still takes a blank
+	// description (GitLab does not forbid it there).
+	req := formRequest(http.MethodPatch, path, e.tokens["maintainer"], "name=foo&description=")
+	wantBody(t, serve(e.srv, req), 400, `{"error":"description is empty"}`)
+	e.send(http.MethodPost, fmt.Sprintf("/api/v4/groups/%d/-/virtual_registries/packages/maven/registries", e.group.ID),
+		"maintainer", `{"name":"blank","description":""}`).want(t, 201)
+}
+
+// formRequest is a PATCH or POST with a form body.
+func formRequest(method, path, token, form string) *http.Request {
+	req, _ := http.NewRequest(method, path, strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("PRIVATE-TOKEN", token)
+	req.RemoteAddr = "192.0.2.1:1234"
+	return req
+}

@@ -112,7 +112,13 @@ func (s *Server) updateRegistry(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := in.required("name")
-	patch := store.RegistryPatch{Name: &name, Description: in.str("description"), MergeMetadata: in.boolean("merge_metadata")}
+	// GitLab declares description allow_blank: false on PATCH (not on
+	// POST): "", spaces or null is "description is empty".
+	var desc *string
+	if !in.blank("description") {
+		desc = in.str("description")
+	}
+	patch := store.RegistryPatch{Name: &name, Description: desc, MergeMetadata: in.boolean("merge_metadata")}
 	if err := in.err(); err != nil {
 		return err
 	}

@@ -59,5 +59,14 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 		wantResp(t, d.Do("GET", "/events?after=12/1/2016", userTok, nil), 400, `{"error":"after is invalid"}`)
 	})
 
+	t.Run("registry PATCH refuses a blank description", func(t *testing.T) {
+		reg := f.Registry(g, "patched")
+		wantResp(t, d.Do("PATCH", vr("/registries/%d", reg), userTok, map[string]any{"name": "foo", "description": ""}),
+			400, `{"error":"description is empty"}`)
+		wantResp(t, d.Do("PATCH", vr("/registries/%d", reg), userTok, map[string]any{"name": "", "description": "bar"}),
+			400, `{"error":"name is empty"}`)
+		d.Do("PATCH", vr("/registries/%d", reg), userTok, map[string]any{"name": "foo", "description": "bar"}).Expect(t, 200)
+	})
+
 	noServerErrors(t, d)
 }
