@@ -120,6 +120,32 @@ func TestGitLabSpecRegistryPatch(t *testing.T) {
 		"maintainer", `{"name":"blank","description":""}`).want(t, 201)
 }
 
+// registries_spec.rb, POST 'with subgroup': 400 and the model's message,
+// after the permission check. The group endpoints that GitLab guards with
+// bad_request! keep theirs (upstreams_spec.rb, 'with a non top level
+// group': 400).
+func TestGitLabSpecSubgroup(t *testing.T) {
+	e := newUpstreamEnv(t)
+	sub, err := e.st.CreateGroup(store.NewGroup{Name: "platform", Path: "platform", ParentID: e.group.ID, Visibility: store.Private})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("/api/v4/groups/%d/-/virtual_registries/packages/maven", sub.ID)
+	wantBody(t, e.send(http.MethodPost, base+"/registries", "maintainer", `{"name":"foo"}`),
+		400, `{"message":{"group":["must be a top level Group"]}}`)
+	wantBody(t, e.send(http.MethodPost, base+"/registries", "owner", `{"name":"`+strings.Repeat("n", 256)+`"}`),
+		400, `{"message":{"group":["must be a top level Group"],"name":["is too long (maximum is 255 characters)"]}}`)
+	wantBody(t, e.send(http.MethodPost, base+"/registries", "developer", `{"name":"foo"}`), 403, `{"message":"403 Forbidden"}`)
+	wantBody(t, e.send(http.MethodPost, base+"/registries", "outsider", `{"name":"foo"}`), 404, `{"message":"404 Group Not Found"}`)
+	const old = `{"message":"400 Bad request - only available on top-level groups."}`
+	wantBody(t, e.do(http.MethodGet, base+"/registries", "maintainer"), 400, old)
+	wantBody(t, e.do(http.MethodGet, base+"/upstreams", "maintainer"), 400, old)
+	wantBody(t, e.send(http.MethodPost, base+"/upstreams/test", "maintainer", `{"url":"http://example.com"}`), 400, old)
+	if regs, _ := e.st.GroupRegistries(sub.ID); len(regs) != 0 {
+		t.Fatalf("a subgroup holds %v", regs)
+	}
+}
+
 // formRequest is a PATCH or POST with a form body.
 func formRequest(method, path, token, form string) *http.Request {
 	req, _ := http.NewRequest(method, path, strings.NewReader(form))

@@ -54,9 +54,15 @@ func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// createRegistry is registry POST. On a subgroup, a caller who may manage
+// registries there gets the model's validation error (the store's), as in
+// GitLab, not the group endpoints' 400.
 func (s *Server) createRegistry(w http.ResponseWriter, r *http.Request) error {
-	g, _, err := s.vrGroup(r, manage)
+	g, p, err := s.vrGroupOrSubgroup(r)
 	if err != nil {
+		return err
+	}
+	if err := s.authorizeVR(p, g, manage); err != nil {
 		return err
 	}
 	in, err := readParams(r)

@@ -68,5 +68,13 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 		d.Do("PATCH", vr("/registries/%d", reg), userTok, map[string]any{"name": "foo", "description": "bar"}).Expect(t, 200)
 	})
 
+	t.Run("registry POST on a subgroup", func(t *testing.T) {
+		sub := f.Group("sub", g, "private")
+		wantResp(t, d.Do("POST", groupVR(sub, "/registries"), userTok, map[string]any{"name": "foo"}),
+			400, `{"message":{"group":["must be a top level Group"]}}`)
+		wantResp(t, d.Do("POST", groupVR(sub, "/upstreams/test"), userTok, map[string]any{"url": "http://example.com"}),
+			400, `{"message":"400 Bad request - only available on top-level groups."}`)
+	})
+
 	noServerErrors(t, d)
 }

@@ -34,14 +34,14 @@ func TestCreateRegistry(t *testing.T) {
 		desc         string
 		field, msg   string
 		notFound     bool
-		notTopLevel  bool
 		sameNameElse bool
 	}{
 		{name: "taken name", group: g.ID, regName: "main", field: "name", msg: "has already been taken"},
 		{name: "blank name", group: g.ID, regName: "  ", field: "name", msg: "can't be blank"},
 		{name: "name too long", group: g.ID, regName: strings.Repeat("n", 256), field: "name", msg: "is too long (maximum is 255 characters)"},
 		{name: "description too long", group: g.ID, regName: "x", desc: strings.Repeat("d", 1025), field: "description", msg: "is too long (maximum is 1024 characters)"},
-		{name: "subgroup", group: sub.ID, regName: "x", notTopLevel: true},
+		{name: "subgroup", group: sub.ID, regName: "x", field: "group", msg: "must be a top level Group"},
+		{name: "subgroup and a bad name", group: sub.ID, regName: strings.Repeat("n", 256), field: "name", msg: "is too long (maximum is 255 characters)"},
 		{name: "unknown group", group: 9999, regName: "x", notFound: true},
 	}
 	for _, tc := range tests {
@@ -49,10 +49,6 @@ func TestCreateRegistry(t *testing.T) {
 			before := snapshot(t, s)
 			_, err := s.CreateRegistry(tc.group, tc.regName, tc.desc)
 			switch {
-			case tc.notTopLevel:
-				if !errors.Is(err, ErrNotTopLevel) {
-					t.Fatalf("err = %v, want ErrNotTopLevel", err)
-				}
 			case tc.notFound:
 				var nf *NotFoundError
 				if !errors.As(err, &nf) || nf.Resource != "Group" {
