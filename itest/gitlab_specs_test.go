@@ -76,5 +76,19 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 			400, `{"message":"400 Bad request - only available on top-level groups."}`)
 	})
 
+	// Upstreams on loopback addresses: no name to resolve (the daemon allows local
+	// upstreams in these tests), nothing is connected to.
+	reg := f.Registry(g, "main")
+	ups := vr("/registries/%d/upstreams", reg)
+	const dup = `{"message":{"group":["already has a remote upstream with the same url and credentials"]}}`
+
+	t.Run("upstream PATCH takes username and password together (the spec's rule)", func(t *testing.T) {
+		up := d.Do("POST", ups, userTok, map[string]any{"url": "https://127.0.0.3/m2", "name": "p"}).Expect(t, 201).ID(t)
+		// GitLab's row: 200 there.
+		wantResp(t, d.Do("PATCH", vr("/upstreams/%d", up), userTok, map[string]any{"name": "foo", "description": "bar",
+			"url": "http://127.0.0.4/m2", "password": "spec-replay-pass-3", "cache_validity_hours": 3, "metadata_cache_validity_hours": 5}),
+			400, `{"error":"username, password provide all or none of parameters"}`)
+	})
+
 	noServerErrors(t, d)
 }
