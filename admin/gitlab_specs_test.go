@@ -146,6 +146,47 @@ func TestGitLabSpecSubgroup(t *testing.T) {
 	}
 }
 
+// upstreams_spec.rb 'with existing duplicate credentials' and the upstream
+// model spec's url normalisation cases: the same url and credentials in a
+// group is refused, whatever the scheme, the host's case, a default port or
+// a trailing slash or .git; on POST and on PATCH.
+func TestGitLabSpecUpstreamDuplicates(t *testing.T) {
+	e := newUpstreamEnv(t)
+	create := fmt.Sprintf("%s/registries/%d/upstreams", vrBase, e.registry.ID)
+	const dup = `{"message":{"group":["already has a remote upstream with the same url and credentials"]}}`
+	e.send(http.MethodPost, create, "maintainer",
+		`{"url":"https://example.com/protocol-test","name":"a","username":"user","password":"pass"}`).want(t, 201)
+	for _, u := range []string{"http://example.com/protocol-test", "https://EXAMPLE.COM:443/protocol-test/.git/",
+		"http://example.com:80/protocol-test/", "https://example.com/protocol-test.git"} {
+		wantBody(t, e.send(http.MethodPost, create, "maintainer",
+			`{"url":"`+u+`","name":"b","username":"user","password":"pass"}`), 400, dup)
+	}
+	// Different credentials, or another port, make another upstream.
+	e.send(http.MethodPost, create, "maintainer",
+		`{"url":"http://example.com/protocol-test","name":"c","username":"different_user","password":"different_pass"}`).want(t, 201)
+	e.send(http.MethodPost, create, "maintainer",
+		`{"url":"https://example.com:8443/protocol-test","name":"d","username":"user","password":"pass"}`).want(t, 201)
+	// The env's upstream (https://repo.example/maven2, no credentials) too.
+	wantBody(t, e.send(http.MethodPost, create, "maintainer", `{"url":"http://repo.example/maven2/"}`), 400, dup)
+
+	// PATCH: 'prevents update to protocol variant of existing URL'.
+	other := object(t, e.send(http.MethodPost, create, "maintainer",
+		`{"url":"https://example2.com/other-path","name":"e","username":"user","password":"pass"}`).want(t, 201))
+	patch := fmt.Sprintf("%s/upstreams/%d", vrBase, int64(other["id"].(float64)))
+	wantBody(t, e.send(http.MethodPatch, patch, "maintainer",
+		`{"url":"http://example.com/protocol-test","username":"user","password":"pass"}`), 400, dup)
+	wantBody(t, e.send(http.MethodPatch, patch, "maintainer",
+		`{"url":"https://example.com/protocol-test","username":"user","password":"pass"}`), 400, dup)
+	// A url change without credentials clears them: no longer the same.
+	e.send(http.MethodPatch, patch, "maintainer", `{"url":"http://example.com/protocol-test"}`).want(t, 200)
+
+	// Credentials sent together but one blank: GitLab's model messages.
+	wantBody(t, e.send(http.MethodPost, create, "maintainer", `{"url":"https://f.example/m2","username":"test","password":""}`),
+		400, `{"message":{"password":["can't be blank"]}}`)
+	wantBody(t, e.send(http.MethodPost, create, "maintainer", `{"url":"https://f.example/m2","username":"","password":"test"}`),
+		400, `{"message":{"username":["can't be blank"]}}`)
+}
+
 // upstreams_spec.rb, PATCH 'for params': GitLab's rows with only one of
 // username and password are 200 there. The spec's rule (both or neither on
 // PATCH) is kept on purpose: docs/api.md, "Choices".

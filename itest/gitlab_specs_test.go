@@ -82,6 +82,19 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 	ups := vr("/registries/%d/upstreams", reg)
 	const dup = `{"message":{"group":["already has a remote upstream with the same url and credentials"]}}`
 
+	t.Run("the same upstream url with the other scheme is a duplicate", func(t *testing.T) {
+		d.Do("POST", ups, userTok, map[string]any{"url": "https://127.0.0.1/protocol-test", "name": "a",
+			"username": "user", "password": "spec-replay-pass-1"}).Expect(t, 201)
+		wantResp(t, d.Do("POST", ups, userTok, map[string]any{"url": "http://127.0.0.1/protocol-test", "name": "b",
+			"username": "user", "password": "spec-replay-pass-1"}), 400, dup)
+		d.Do("POST", ups, userTok, map[string]any{"url": "http://127.0.0.1/protocol-test", "name": "c",
+			"username": "different_user", "password": "spec-replay-pass-2"}).Expect(t, 201)
+		other := d.Do("POST", ups, userTok, map[string]any{"url": "https://127.0.0.2/other-path", "name": "d",
+			"username": "user", "password": "spec-replay-pass-1"}).Expect(t, 201).ID(t)
+		wantResp(t, d.Do("PATCH", vr("/upstreams/%d", other), userTok, map[string]any{"url": "http://127.0.0.1:80/protocol-test/",
+			"username": "user", "password": "spec-replay-pass-1"}), 400, dup)
+	})
+
 	t.Run("upstream PATCH takes username and password together (the spec's rule)", func(t *testing.T) {
 		up := d.Do("POST", ups, userTok, map[string]any{"url": "https://127.0.0.3/m2", "name": "p"}).Expect(t, 201).ID(t)
 		// GitLab's row: 200 there.
