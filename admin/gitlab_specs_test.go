@@ -8,12 +8,15 @@ package admin
 // so and docs/api.md lists the choice.
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // events_spec.rb: two closed-issue events of a private project on
@@ -185,6 +188,116 @@ func TestGitLabSpecUpstreamDuplicates(t *testing.T) {
 		400, `{"message":{"password":["can't be blank"]}}`)
 	wantBody(t, e.send(http.MethodPost, create, "maintainer", `{"url":"https://f.example/m2","username":"","password":"test"}`),
 		400, `{"message":{"username":["can't be blank"]}}`)
+}
+
+// testChecker records what the connection tests were asked to test.
+type testChecker struct {
+	okChecker
+	mu  sync.Mutex
+	eps []upstream.Endpoint
+}
+
+func (c *testChecker) Test(_ context.Context, ep upstream.Endpoint, _ string) upstream.TestResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.eps = append(c.eps, ep)
+	return upstream.TestResult{Success: true}
+}
+
+func (c *testChecker) last(t *testing.T) upstream.Endpoint {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.eps) == 0 {
+		t.Fatal("nothing was tested")
+	}
+	ep := c.eps[len(c.eps)-1]
+	c.eps = nil
+	return ep
+}
+
+// upstreams_spec.rb, POST …/upstreams/:id/test 'with override params', and
+// POST …/groups/:id/-/…/upstreams/test 'with invalid params'.
+func TestGitLabSpecUpstreamTestOverrides(t *testing.T) {
+	e := newUpstreamEnv(t)
+	c := &testChecker{}
+	e.srv.up = c
+	created := object(t, e.send(http.MethodPost, fmt.Sprintf("%s/registries/%d/upstreams", vrBase, e.registry.ID), "maintainer",
+		`{"url":"https://stored.example/m2","name":"s","username":"stored-user","password":"stored-pass"}`).want(t, 201))
+	test := fmt.Sprintf("%s/upstreams/%d/test", vrBase, int64(created["id"].(float64)))
+	stored := upstream.Endpoint{URL: "https://stored.example/m2", Username: "stored-user", Password: "stored-pass"}
+	const newURL = "http://new-example.com"
+	tests := []struct {
+		name, body string
+		status     int
+		answer     string            // for a 400
+		want       upstream.Endpoint // what is tested, for a 200
+	}{
+		{"no override params", `{}`, 200, "", stored},
+		{"a new url with no username and password", `{"url":"` + newURL + `"}`, 200, "", upstream.Endpoint{URL: newURL}},
+		{"a new url with new username and password", `{"url":"` + newURL + `","username":"new-username","password":"new-password"}`, 200, "",
+			upstream.Endpoint{URL: newURL, Username: "new-username", Password: "new-password"}},
+		{"a new url with the existing username and no password", `{"url":"` + newURL + `","username":"stored-user","password":""}`, 400,
+			`{"message":{"password":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"a new url with a new username and no password", `{"url":"` + newURL + `","username":"new-username","password":""}`, 400,
+			`{"message":{"password":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"a new url with a new password and no username", `{"url":"` + newURL + `","username":"","password":"new-password"}`, 400,
+			`{"message":{"username":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"a new username and no password", `{"username":"new-username","password":""}`, 400,
+			`{"message":{"password":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"a new username alone", `{"username":"new-username"}`, 400, `{"message":{"password":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"no username and a new password", `{"username":"","password":"new-password"}`, 400,
+			`{"message":{"username":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"a new password alone", `{"password":"new-password"}`, 400, `{"message":{"username":["can't be blank"]}}`, upstream.Endpoint{}},
+		{"the existing username and no password", `{"username":"stored-user","password":""}`, 200, "", stored},
+		{"the existing username and password", `{"username":"stored-user","password":"stored-pass"}`, 200, "", stored},
+		{"the existing url and empty credentials", `{"url":"https://stored.example/m2","username":"","password":""}`, 200, "",
+			upstream.Endpoint{URL: "https://stored.example/m2"}},
+		{"the existing url, spelt otherwise", `{"url":"https://STORED.example:443/m2/"}`, 200, "", stored},
+		{"new credentials for the stored url", `{"username":"bot","password":"new"}`, 200, "",
+			upstream.Endpoint{URL: "https://stored.example/m2", Username: "bot", Password: "new"}},
+		{"invalid override params", `{"url":""}`, 400, `{"error":"url is empty"}`, upstream.Endpoint{}},
+		{"a blank url", `{"url":"  ","username":"x"}`, 400, `{"error":"url is empty"}`, upstream.Endpoint{}},
+		{"an invalid url", `{"url":"invalid-url"}`, 400, `{"message":{"url":["must be a valid URL"]}}`, upstream.Endpoint{}},
+		{"an invalid url and half the credentials", `{"url":"invalid-url","username":"u"}`, 400,
+			`{"message":{"password":["can't be blank"],"url":["must be a valid URL"]}}`, upstream.Endpoint{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.send(http.MethodPost, test, "maintainer", tc.body)
+			if tc.status != 200 {
+				wantBody(t, r, tc.status, tc.answer)
+				if len(c.eps) != 0 {
+					t.Fatalf("tested %+v after a 400", c.eps)
+				}
+				return
+			}
+			wantBody(t, r, 200, `{"success":true}`)
+			if got := c.last(t); got != tc.want {
+				t.Fatalf("tested %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
+	// The group's test of an unsaved upstream ('with invalid params').
+	group := fmt.Sprintf("/api/v4/groups/%d/-/virtual_registries/packages/maven/upstreams/test", e.group.ID)
+	for body, answer := range map[string]string{
+		`{"url":""}`:            `{"error":"url is empty"}`,
+		`{"url":"invalid-url"}`: `{"message":{"url":["must be a valid URL"]}}`,
+		`{}`:                    `{"error":"url is missing"}`,
+		`{"username":"user"}`:   `{"error":"url is missing, username, password provide all or none of parameters"}`,
+		`{"password":"test"}`:   `{"error":"url is missing, username, password provide all or none of parameters"}`,
+		`{"url":"http://example.com","username":"user"}`:               `{"error":"username, password provide all or none of parameters"}`,
+		`{"url":"http://example.com","password":"test"}`:               `{"error":"username, password provide all or none of parameters"}`,
+		`{"url":"http://example.com","username":"user","password":""}`: `{"message":{"password":["can't be blank"]}}`,
+	} {
+		wantBody(t, e.send(http.MethodPost, group, "maintainer", body), 400, answer)
+	}
+	wantBody(t, e.send(http.MethodPost, group, "maintainer", `{"url":"http://example.com","username":"user","password":"test"}`),
+		200, `{"success":true}`)
+	if got := c.last(t); got != (upstream.Endpoint{URL: "http://example.com", Username: "user", Password: "test"}) {
+		t.Fatalf("tested %+v", got)
+	}
 }
 
 // upstreams_spec.rb, PATCH 'for params': GitLab's rows with only one of

@@ -9,6 +9,7 @@ package itest
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 )
 
@@ -93,6 +94,26 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 			"username": "user", "password": "spec-replay-pass-1"}).Expect(t, 201).ID(t)
 		wantResp(t, d.Do("PATCH", vr("/upstreams/%d", other), userTok, map[string]any{"url": "http://127.0.0.1:80/protocol-test/",
 			"username": "user", "password": "spec-replay-pass-1"}), 400, dup)
+	})
+
+	t.Run("test endpoint overrides", func(t *testing.T) {
+		stub := newUpstreamStub(t, func(w http.ResponseWriter, r *http.Request) {})
+		up := d.Do("POST", ups, userTok, map[string]any{"url": stub.URL + "/stored", "name": "stub",
+			"username": "stored", "password": "spec-replay-stored-pw"}).Expect(t, 201).ID(t)
+		test := vr("/upstreams/%d/test", up)
+		wantResp(t, d.Do("POST", test, userTok, map[string]any{"url": ""}), 400, `{"error":"url is empty"}`)
+		wantResp(t, d.Do("POST", test, userTok, map[string]any{"url": stub.URL + "/new", "username": "new-username", "password": ""}),
+			400, `{"message":{"password":["can't be blank"]}}`)
+		wantResp(t, d.Do("POST", test, userTok, map[string]any{"username": "", "password": "spec-replay-new-pw"}),
+			400, `{"message":{"username":["can't be blank"]}}`)
+		if n := len(stub.Requests()); n != 0 {
+			t.Fatalf("refused tests reached the upstream %d times", n)
+		}
+		// The stored username with an empty password tests the stored upstream.
+		wantResp(t, d.Do("POST", test, userTok, map[string]any{"username": "stored", "password": ""}), 200, `{"success":true}`)
+		if got := stub.Last(t); got.User != "stored" || got.Pass != "spec-replay-stored-pw" {
+			t.Fatalf("tested with %+v", got)
+		}
 	})
 
 	t.Run("upstream PATCH takes username and password together (the spec's rule)", func(t *testing.T) {

@@ -606,7 +606,7 @@ func TestConnectionTests(t *testing.T) {
 		}
 		// Request errors.
 		wantResp(t, d.Do("POST", vr("/upstreams/%d/test", up), rootToken, map[string]any{"username": "only"}),
-			400, `{"error":"username, password provide all or none of parameters"}`)
+			400, `{"message":{"password":["can't be blank"]}}`)
 		wantResp(t, d.Do("POST", groupVR(g, "/upstreams/test"), rootToken, map[string]any{}), 400, `{"error":"url is missing"}`)
 		wantResp(t, d.Do("POST", groupVR(g, "/upstreams/test"), rootToken, map[string]any{"url": "invalid-url"}),
 			400, `{"message":{"url":["must be a valid URL"]}}`)
