@@ -124,5 +124,21 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 			400, `{"error":"username, password provide all or none of parameters"}`)
 	})
 
+	t.Run("downloads carry GitLab's hardening headers", func(t *testing.T) {
+		u := newPxUpstream(t)
+		const jar = "org/example/spec/1.0/spec-1.0.jar"
+		u.set(jar, pxFile{body: pxBody("spec", 40<<10)})
+		dl := f.Registry(g, "downloads")
+		f.Upstream(dl, u.URL, nil)
+		for _, path := range []string{jar, jar, jar + ".sha1"} { // a miss, a hit, a sidecar
+			r := d.pxGet(t, dl, path, "Private-Token", userTok).Expect(t, 200)
+			if got := r.Header.Get("Content-Security-Policy"); got != "sandbox; default-src 'none'; require-trusted-types-for 'script'" {
+				t.Fatalf("%s: Content-Security-Policy %q", path, got)
+			}
+			if got := r.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Fatalf("%s: X-Content-Type-Options %q", path, got)
+			}
+		}
+	})
 	noServerErrors(t, d)
 }
