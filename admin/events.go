@@ -252,8 +252,24 @@ func (s *Server) authorQuery(p auth.Principal, author int64, q *store.EventQuery
 	return err
 }
 
+// authorizedProjects keeps, of ids, the projects the user is a member of
+// at any level, directly or through the project's group or one of its
+// ancestors: GitLab's User#authorized_projects. Being able to read a
+// project (it is public or internal, or the caller is an admin) is not
+// enough.
+func (s *Server) authorizedProjects(user int64, ids []int64) []int64 {
+	out := []int64{}
+	for _, id := range ids {
+		if s.st.ProjectAccessLevel(id, user) > store.NoAccess {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // currentUserEvents is GET /events: the caller's own events, or with
-// scope=all the events of every project the caller may read.
+// scope=all the events of every project the caller is a member of (GitLab's
+// EventsFinder: current_user.authorized_projects, with no admin bypass).
 func (s *Server) currentUserEvents(w http.ResponseWriter, r *http.Request) error {
 	p, in, err := authParams(r, s.authenticateReadUser)
 	if err != nil {
@@ -265,16 +281,12 @@ func (s *Server) currentUserEvents(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	switch {
-	case scope != nil && *scope == "all" && p.IsAdmin():
-		q.All = true
 	case scope != nil && *scope == "all":
 		ids, err := s.st.EventProjectIDs(0)
 		if err != nil {
 			return err
 		}
-		if q.Projects, _, err = s.readableProjects(p, ids); err != nil {
-			return err
-		}
+		q.Projects = s.authorizedProjects(p.UserID(), ids)
 	default:
 		if err := s.authorQuery(p, p.UserID(), &q); err != nil {
 			return err

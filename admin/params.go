@@ -237,17 +237,16 @@ func (p *params) strings(name string) []string {
 	return out
 }
 
-// date returns an optional YYYY-MM-DD (or RFC 3339) parameter as a UTC time.
+// date returns an optional date parameter (a day, read as GitLab's Date
+// reads it: see parseDate) as midnight UTC of that day. Blank is absent, as
+// Grape takes "" for a Date.
 func (p *params) date(name string) *time.Time {
 	s := p.str(name)
-	if s == nil || *s == "" {
+	if s == nil || strings.TrimSpace(*s) == "" {
 		return nil
 	}
-	for _, layout := range []string{"2006-01-02", time.RFC3339Nano} {
-		if t, err := time.Parse(layout, *s); err == nil {
-			t = t.UTC()
-			return &t
-		}
+	if t, ok := parseDate(*s); ok {
+		return &t
 	}
 	p.fail(name + " is invalid")
 	return nil

@@ -54,9 +54,15 @@ func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// createRegistry is registry POST. On a subgroup, a caller who may manage
+// registries there gets the model's validation error (the store's), as in
+// GitLab, not the group endpoints' 400.
 func (s *Server) createRegistry(w http.ResponseWriter, r *http.Request) error {
-	g, _, err := s.vrGroup(r, manage)
+	g, p, err := s.vrGroupOrSubgroup(r)
 	if err != nil {
+		return err
+	}
+	if err := s.authorizeVR(p, g, manage); err != nil {
 		return err
 	}
 	in, err := readParams(r)
@@ -112,7 +118,13 @@ func (s *Server) updateRegistry(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := in.required("name")
-	patch := store.RegistryPatch{Name: &name, Description: in.str("description"), MergeMetadata: in.boolean("merge_metadata")}
+	// GitLab declares description allow_blank: false on PATCH (not on
+	// POST): "", spaces or null is "description is empty".
+	var desc *string
+	if !in.blank("description") {
+		desc = in.str("description")
+	}
+	patch := store.RegistryPatch{Name: &name, Description: desc, MergeMetadata: in.boolean("merge_metadata")}
 	if err := in.err(); err != nil {
 		return err
 	}

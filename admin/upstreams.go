@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
+	"unicode/utf8"
 
 	"registryd/store"
 	"registryd/upstream"
@@ -367,20 +369,31 @@ func (s *Server) testNewUpstream(w http.ResponseWriter, r *http.Request) error {
 	if err := in.err(); err != nil {
 		return err
 	}
-	ep := upstream.Endpoint{}
-	if ep.URL, err = s.checkURL(r.Context(), raw); err != nil {
+	ep := upstream.Endpoint{Username: deref(user), Password: deref(pass)}
+	v := &store.ValidationError{}
+	norm, err := s.checkURL(r.Context(), raw)
+	if !errors.As(err, &v) && err != nil {
 		return err
 	}
-	if user != nil {
-		ep.Username, ep.Password = *user, *pass
+	ep.URL = norm
+	if err := validTestCredentials(v, &ep); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, s.up.Test(r.Context(), ep, upstream.DefaultTestPath))
 	return nil
 }
 
-// testUpstream tests an existing upstream (GET), or with overrides (POST):
-// a url (with both credentials or none), or credentials alone against the
-// stored url.
+// testUpstream tests an existing upstream (GET), or with overrides (POST).
+// The overrides are GitLab's: a url that differs from the stored one
+// (after normalisation) or credentials that differ from the stored ones
+// make a new, unsaved upstream of the url (the given one, else the stored
+// one) and the given credentials only, never the stored ones; it is
+// validated as the model validates one (a url refused as on create, a
+// username without a password or the reverse:
+// {"message":{"password":["can't be blank"]}}). A blank url is a parameter
+// error ({"error":"url is empty"}, Grape's allow_blank: false). A blank
+// password is no change of password, so the stored username with an empty
+// password tests the stored upstream.
 func (s *Server) testUpstream(w http.ResponseWriter, r *http.Request) error {
 	u, err := s.upstreamByID(r, read)
 	if err != nil {
@@ -388,24 +401,8 @@ func (s *Server) testUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	ep := upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password}
 	if r.Method == http.MethodPost {
-		in, err := readParams(r)
-		if err != nil {
+		if ep, err = s.testOverrides(r, u); err != nil {
 			return err
-		}
-		raw := in.str("url")
-		user, pass := in.credentials()
-		if err := in.err(); err != nil {
-			return err
-		}
-		if raw != nil {
-			if ep.URL, err = s.checkURL(r.Context(), *raw); err != nil {
-				return err
-			}
-			// A new url never gets the stored credentials.
-			ep.Username, ep.Password = "", ""
-		}
-		if user != nil {
-			ep.Username, ep.Password = *user, *pass
 		}
 	}
 	path := upstream.DefaultTestPath
@@ -414,4 +411,71 @@ func (s *Server) testUpstream(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, s.up.Test(r.Context(), ep, path))
 	return nil
+}
+
+// testOverrides is the endpoint POST …/upstreams/:id/test tests: u's, or
+// the unsaved upstream its overrides make (see testUpstream).
+func (s *Server) testOverrides(r *http.Request, u store.Upstream) (upstream.Endpoint, error) {
+	stored := upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password}
+	in, err := readParams(r)
+	if err != nil {
+		return stored, err
+	}
+	raw := in.str("url")
+	if raw != nil && strings.TrimSpace(*raw) == "" {
+		in.fail("url is empty")
+	}
+	user, pass := in.str("username"), in.str("password")
+	if err := in.err(); err != nil {
+		return stored, err
+	}
+	ep := upstream.Endpoint{URL: u.URL, Username: deref(user), Password: deref(pass)}
+	v := &store.ValidationError{}
+	urlChanged := false
+	if raw != nil {
+		norm, err := s.checkURL(r.Context(), *raw)
+		var ve *store.ValidationError
+		switch {
+		case errors.As(err, &ve):
+			v = ve
+			urlChanged = true
+		case err != nil:
+			return stored, err
+		default:
+			ep.URL, urlChanged = norm, norm != u.URL
+		}
+	}
+	userChanged := user != nil && *user != u.Username
+	passChanged := pass != nil && *pass != "" && *pass != u.Password
+	if !urlChanged && !userChanged && !passChanged {
+		return stored, nil
+	}
+	if err := validTestCredentials(v, &ep); err != nil {
+		return stored, err
+	}
+	return ep, nil
+}
+
+// validTestCredentials validates the credentials of an unsaved upstream
+// to test as GitLab's model validates them, adding to v what it finds (v
+// may hold the url's errors already), and returns v's errors. Blank
+// credentials are none: GitLab sends Basic credentials only when both are
+// present.
+func validTestCredentials(v *store.ValidationError, ep *upstream.Endpoint) error {
+	user, pass := strings.TrimSpace(ep.Username) != "", strings.TrimSpace(ep.Password) != ""
+	switch {
+	case user && !pass:
+		v.Add("password", "can't be blank")
+	case pass && !user:
+		v.Add("username", "can't be blank")
+	}
+	for _, f := range []struct{ name, value string }{{"username", ep.Username}, {"password", ep.Password}} {
+		if utf8.RuneCountInString(f.value) > 510 {
+			v.Add(f.name, "is too long (maximum is 510 characters)")
+		}
+	}
+	if !user || !pass {
+		ep.Username, ep.Password = "", ""
+	}
+	return v.Err()
 }

@@ -27,6 +27,23 @@ const (
 // authentication), authenticate (deploy tokens get 401), the top-level rule,
 // then authorize.
 func (s *Server) vrGroup(r *http.Request, need access) (store.Group, auth.Principal, error) {
+	g, p, err := s.vrGroupOrSubgroup(r)
+	if err != nil {
+		return g, p, err
+	}
+	if !g.TopLevel() {
+		return g, p, store.ErrNotTopLevel
+	}
+	return g, p, s.authorizeVR(p, g, need)
+}
+
+// vrGroupOrSubgroup runs vrGroup's checks up to the top-level rule, for an
+// endpoint that lets the model refuse a subgroup: registry POST, whose
+// subgroup answer in GitLab is the Registry model's validation error
+// ({"message":{"group":["must be a top level Group"]}}) after the
+// permission check, not the group endpoints' "only available on top-level
+// groups".
+func (s *Server) vrGroupOrSubgroup(r *http.Request) (store.Group, auth.Principal, error) {
 	g, err := s.groupRef(r)
 	if err != nil {
 		return g, auth.Principal{}, err
@@ -38,10 +55,7 @@ func (s *Server) vrGroup(r *http.Request, need access) (store.Group, auth.Princi
 	if !s.canSeeGroup(p, g) {
 		return g, p, errGroupNotFound
 	}
-	if !g.TopLevel() {
-		return g, p, store.ErrNotTopLevel
-	}
-	return g, p, s.authorizeVR(p, g, need)
+	return g, p, nil
 }
 
 // vrAuth is the gate and authentication of an endpoint addressed by a record id.

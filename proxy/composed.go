@@ -361,7 +361,7 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	h.SetCanonical(hdrDisposition, s2b(v.disposition))
 	h.SetCanonical(hdrChecksumSHA1, s2b(v.sha1))
 	h.SetCanonical(hdrChecksumMD5, s2b(v.md5))
-	h.SetCanonical(hdrNosniff, valNosniff)
+	hardenDownload(h)
 	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagListMatches(inm, v.etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return nil

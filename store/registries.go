@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -53,34 +54,38 @@ func registryTx(tx *bolt.Tx, id int64) (Registry, bool) {
 	return r, ok
 }
 
-func topLevelGroupTx(tx *bolt.Tx, id int64) (Group, error) {
-	g, ok := groupTx(tx, id)
-	if !ok {
-		return g, notFound("Group")
-	}
-	if !g.TopLevel() {
-		return g, ErrNotTopLevel
-	}
-	return g, nil
-}
-
 // CreateRegistry adds a virtual registry to a top-level group, with the
 // defaults of everything else.
 func (s *Store) CreateRegistry(group int64, name, description string) (Registry, error) {
 	return s.CreateRegistryFrom(group, NewRegistry{Name: name, Description: description})
 }
 
-// CreateRegistryFrom adds a virtual registry to a top-level group.
+// CreateRegistryFrom adds a virtual registry to a top-level group. A
+// subgroup is refused as GitLab's model refuses it, a validation error on
+// "group" reported with the others.
 func (s *Store) CreateRegistryFrom(group int64, n NewRegistry) (Registry, error) {
 	name := n.Name
-	if err := validRegistry(name, n.Description); err != nil {
-		return Registry{}, err
-	}
 	now := s.clock()
 	r := Registry{GroupID: group, Name: name, Description: n.Description, CreatedAt: now, UpdatedAt: now,
 		MetadataMergeOff: n.MergeMetadata != nil && !*n.MergeMetadata}
 	err := s.update(false, true, func(tx *bolt.Tx) error {
-		if _, err := topLevelGroupTx(tx, group); err != nil {
+		g, ok := groupTx(tx, group)
+		if !ok {
+			return notFound("Group")
+		}
+		v := &ValidationError{}
+		if !g.TopLevel() {
+			v.Add("group", "must be a top level Group")
+		}
+		var ve *ValidationError
+		if errors.As(validRegistry(name, n.Description), &ve) {
+			for f, msgs := range ve.Fields {
+				for _, msg := range msgs {
+					v.Add(f, msg)
+				}
+			}
+		}
+		if err := v.Err(); err != nil {
 			return err
 		}
 		existing := registriesOfTx(tx, group)

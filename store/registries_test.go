@@ -34,14 +34,14 @@ func TestCreateRegistry(t *testing.T) {
 		desc         string
 		field, msg   string
 		notFound     bool
-		notTopLevel  bool
 		sameNameElse bool
 	}{
 		{name: "taken name", group: g.ID, regName: "main", field: "name", msg: "has already been taken"},
 		{name: "blank name", group: g.ID, regName: "  ", field: "name", msg: "can't be blank"},
 		{name: "name too long", group: g.ID, regName: strings.Repeat("n", 256), field: "name", msg: "is too long (maximum is 255 characters)"},
 		{name: "description too long", group: g.ID, regName: "x", desc: strings.Repeat("d", 1025), field: "description", msg: "is too long (maximum is 1024 characters)"},
-		{name: "subgroup", group: sub.ID, regName: "x", notTopLevel: true},
+		{name: "subgroup", group: sub.ID, regName: "x", field: "group", msg: "must be a top level Group"},
+		{name: "subgroup and a bad name", group: sub.ID, regName: strings.Repeat("n", 256), field: "name", msg: "is too long (maximum is 255 characters)"},
 		{name: "unknown group", group: 9999, regName: "x", notFound: true},
 	}
 	for _, tc := range tests {
@@ -49,10 +49,6 @@ func TestCreateRegistry(t *testing.T) {
 			before := snapshot(t, s)
 			_, err := s.CreateRegistry(tc.group, tc.regName, tc.desc)
 			switch {
-			case tc.notTopLevel:
-				if !errors.Is(err, ErrNotTopLevel) {
-					t.Fatalf("err = %v, want ErrNotTopLevel", err)
-				}
 			case tc.notFound:
 				var nf *NotFoundError
 				if !errors.As(err, &nf) || nf.Resource != "Group" {
@@ -472,8 +468,8 @@ func TestCreateUpstreamValidation(t *testing.T) {
 		{"description too long", NewUpstream{URL: "https://e.example/m", Name: "x", Description: strings.Repeat("d", 1025)}, "description", "is too long (maximum is 1024 characters)"},
 		{"negative cache validity", NewUpstream{URL: "https://e.example/m", Name: "x", CacheValidityHours: &neg}, "cache_validity_hours", "must be greater than or equal to 0"},
 		{"zero metadata validity", NewUpstream{URL: "https://e.example/m", Name: "x", MetadataCacheValidityHours: &zero}, "metadata_cache_validity_hours", "must be greater than 0"},
-		{"username alone", NewUpstream{URL: "https://e.example/m", Name: "x", Username: "u"}, "password", "must be set together with username"},
-		{"password alone", NewUpstream{URL: "https://e.example/m", Name: "x", Password: "p"}, "password", "must be set together with username"},
+		{"username alone", NewUpstream{URL: "https://e.example/m", Name: "x", Username: "u"}, "password", "can't be blank"},
+		{"password alone", NewUpstream{URL: "https://e.example/m", Name: "x", Password: "p"}, "username", "can't be blank"},
 		{"username too long", NewUpstream{URL: "https://e.example/m", Name: "x", Username: strings.Repeat("u", 511), Password: "p"}, "username", "is too long (maximum is 510 characters)"},
 		{"password too long", NewUpstream{URL: "https://e.example/m", Name: "x", Username: "u", Password: strings.Repeat("p", 511)}, "password", "is too long (maximum is 510 characters)"},
 	}
@@ -587,7 +583,7 @@ func TestUpdateUpstream(t *testing.T) {
 		{name: "moving onto the sibling's url anonymously", patch: UpstreamPatch{URL: str("https://b.example/m")},
 			field: "group", msg: "already has a remote upstream with the same url and credentials"},
 		{name: "username alone", patch: UpstreamPatch{Username: str("")},
-			field: "password", msg: "must be set together with username"},
+			field: "username", msg: "can't be blank"},
 		{name: "metadata validity zero", patch: UpstreamPatch{MetadataCacheValidityHours: num(0)},
 			field: "metadata_cache_validity_hours", msg: "must be greater than 0"},
 		{name: "blank name", patch: UpstreamPatch{Name: str(" ")}, field: "name", msg: "can't be blank"},

@@ -126,8 +126,12 @@ func validUpstream(u Upstream) error {
 	if overLimit(u.Password, 510) {
 		v.Add("password", "is too long (maximum is 510 characters)")
 	}
-	if (u.Username == "") != (u.Password == "") {
-		v.Add("password", "must be set together with username")
+	// GitLab's model: each of username and password needs the other.
+	switch {
+	case u.Username != "" && u.Password == "":
+		v.Add("password", "can't be blank")
+	case u.Password != "" && u.Username == "":
+		v.Add("username", "can't be blank")
 	}
 	if !ValidChecksumPolicy(u.ChecksumPolicy) {
 		v.Add("checksum_policy", "is invalid")
@@ -164,8 +168,12 @@ func (s *Store) putUpstreamTx(tx *bolt.Tx, u Upstream) error {
 }
 
 // duplicateTx refuses a second upstream of the group with the same url and
-// credentials: associate the existing one instead.
+// credentials: associate the existing one instead. The same url with the
+// other scheme (http for https and back) is the same url, as in GitLab:
+// urls are stored normalised (lower-case scheme and host, no default port,
+// no trailing slash or .git), so the variant is the scheme swapped.
 func (s *Store) duplicateTx(tx *bolt.Tx, u Upstream) error {
+	variant := schemeVariant(u.URL)
 	for _, id := range childIDs(tx.Bucket(bktGroupUpstreams), u.GroupID) {
 		if id == u.ID {
 			continue
@@ -174,12 +182,24 @@ func (s *Store) duplicateTx(tx *bolt.Tx, u Upstream) error {
 		if err != nil {
 			return err
 		}
-		if ok && o.URL == u.URL && o.Username == u.Username &&
+		if ok && (o.URL == u.URL || o.URL == variant) && o.Username == u.Username &&
 			subtle.ConstantTimeCompare([]byte(o.Password), []byte(u.Password)) == 1 {
 			return invalid("group", "already has a remote upstream with the same url and credentials")
 		}
 	}
 	return nil
+}
+
+// schemeVariant is url with http and https swapped, or "" for any other
+// scheme (GitLab's Upstream#protocol_variant_url).
+func schemeVariant(url string) string {
+	if rest, ok := strings.CutPrefix(url, "https:"); ok {
+		return "http:" + rest
+	}
+	if rest, ok := strings.CutPrefix(url, "http:"); ok {
+		return "https:" + rest
+	}
+	return ""
 }
 
 // CreateUpstream adds an upstream to the registry's group and appends it to
