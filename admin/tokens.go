@@ -150,43 +150,42 @@ func (s *Server) revokeSelfToken(w http.ResponseWriter, r *http.Request) error {
 // getToken answers GET /personal_access_tokens/{id}: admins read any token,
 // users their own; another user's token is 404 Not found, as for DELETE.
 func (s *Server) getToken(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.authenticate(r)
+	t, err := s.pathToken(r)
 	if err != nil {
 		return err
-	}
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	t, err := s.st.Token(id)
-	if err != nil {
-		return err
-	}
-	if !p.IsAdmin() && t.UserID != p.UserID() {
-		return errRecordMissing
 	}
 	writeJSON(w, http.StatusOK, s.tokenView(t))
 	return nil
 }
 
-// revokeToken lets admins revoke any token and users their own.
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
+// pathToken is the token named by the path's {id} that the caller may see:
+// admins any, users their own; another user's token is 404 Not found.
+func (s *Server) pathToken(r *http.Request) (store.Token, error) {
 	p, err := s.authenticate(r)
 	if err != nil {
-		return err
+		return store.Token{}, err
 	}
 	id, err := pathID(r, "id")
 	if err != nil {
-		return err
+		return store.Token{}, err
 	}
 	t, err := s.st.Token(id)
 	if err != nil {
-		return err
+		return store.Token{}, err
 	}
 	if !p.IsAdmin() && t.UserID != p.UserID() {
-		return errRecordMissing
+		return store.Token{}, errRecordMissing
 	}
-	if err := s.st.RevokeToken(id); err != nil {
+	return t, nil
+}
+
+// revokeToken lets admins revoke any token and users their own.
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.pathToken(r)
+	if err != nil {
+		return err
+	}
+	if err := s.st.RevokeToken(t.ID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
