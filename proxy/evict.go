@@ -159,7 +159,10 @@ func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 			return out, err
 		}
 		if ev.Entries == 0 {
-			exhausted = true
+			// Only entries of a purge in progress at the head of the
+			// index: the collector is destroying them (which frees their
+			// space); the next check goes on past them.
+			exhausted = ev.Purged == 0
 			break
 		}
 		s.ev.entries.Add(float64(ev.Entries))
@@ -238,6 +241,18 @@ func (s *Server) rest(stop <-chan struct{}, took time.Duration) bool {
 // evictor checks the marks every evictEvery until stop closes.
 func (s *Server) evictor(stop, done chan struct{}) {
 	defer close(done)
+	// The index of a database from before it is built now, in the
+	// background, rather than by the first eviction, which would wait for
+	// it (and might find the volume too full for its transactions).
+	s.ev.mu.Lock()
+	err := s.buildUseIndex(stop)
+	s.ev.mu.Unlock()
+	if err == errShutdown {
+		return
+	}
+	if err != nil {
+		s.backgroundFailed("building the least-recently-used index", err)
+	}
 	t := time.NewTicker(evictEvery)
 	defer t.Stop()
 	for {

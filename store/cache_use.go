@@ -114,6 +114,9 @@ type Evicted struct {
 	// Oldest and Newest are the last uses of the first and last entry
 	// evicted.
 	Oldest, Newest time.Time
+	// Purged counts the keys skipped because their entries are being
+	// purged: the collector destroys them, and eviction may then go on.
+	Purged int
 }
 
 // evictScanFactor bounds the keys one eviction transaction visits, as a
@@ -159,6 +162,7 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 				continue
 			}
 			if purgedTx(tx, &e) {
+				out.Purged++
 				continue
 			}
 			victims = append(victims, victim{key, e})
@@ -196,7 +200,7 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 		return nil
 	})
 	if err == errNothingToEvict {
-		return Evicted{}, nil
+		return Evicted{Purged: out.Purged}, nil
 	}
 	if err != nil {
 		return Evicted{}, err

@@ -207,3 +207,23 @@ func TestEvictLeastUsed(t *testing.T) {
 		t.Fatalf("evicted %+v from an empty cache", ev)
 	}
 }
+
+// TestEvictPastPurge: entries of a purge in progress at the head of the
+// index are skipped and reported (Purged), so that eviction waits for the
+// collector instead of concluding there is nothing left to evict.
+func TestEvictPastPurge(t *testing.T) {
+	f := newPurgeFixture(t, 9)
+	s := f.s
+	ok(s.PurgeUpstreamCache(f.big))(t)
+	ev, err := s.EvictLeastUsed(1, 1<<40)
+	noErr(t, err)
+	if ev.Entries != 0 || ev.Purged != evictScanFactor {
+		t.Fatalf("evicted %+v, want no entry and %d purged keys skipped", ev, evictScanFactor)
+	}
+	ok(s.CollectPending(100))(t)
+	ev, err = s.EvictLeastUsed(1, 1<<40)
+	noErr(t, err)
+	if ev.Entries != 1 || ev.Purged != 0 {
+		t.Fatalf("evicted %+v after the collection, want the other upstream's entry", ev)
+	}
+}
