@@ -52,7 +52,7 @@ func (s *Server) createDeployToken(w http.ResponseWriter, r *http.Request) error
 	if u := in.str("username"); u != nil {
 		n.Username = *u
 	}
-	n.ExpiresAt = in.date("expires_at")
+	n.ExpiresAt = in.dateTime("expires_at") // a date-time, as GitLab's deploy token API
 	if err := in.err(); err != nil {
 		return err
 	}

@@ -286,3 +286,23 @@ func pathID(r *http.Request, name string) (int64, error) {
 	}
 	return id, nil
 }
+
+// dateTime returns an optional ISO 8601 parameter as a UTC time: a date
+// (midnight UTC, as Grape's DateTime reads it) or a date and time, with a
+// zone or without one (UTC).
+func (p *params) dateTime(name string) *time.Time {
+	s := p.str(name)
+	if s == nil || strings.TrimSpace(*s) == "" {
+		return nil
+	}
+	v := strings.TrimSpace(*s)
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999", "2006-01-02"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			t = t.UTC()
+			return &t
+		}
+	}
+	p.fail(name + " is invalid")
+	return nil
+}
