@@ -203,6 +203,7 @@ func TestReadinessWhileDraining(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("readiness still 200 30s after SIGTERM")
 		}
+		time.Sleep(5 * time.Millisecond) // a poll interval, not a synchronisation
 	}
 	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 503, `{"status":"failed","message":"shutting down"}`)
 	// Both listeners still serve: the API, health, and the download path.

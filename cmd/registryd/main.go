@@ -97,8 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // stopSignals turns SIGTERM and SIGINT into two contexts: the first signal
 // cancels stop (begin a graceful stop), a second one cancels hurry (skip
-// what is left of shutdown.drain_delay: an operator pressing Ctrl-C twice
-// wants out now). release stops catching the signals.
+// what is left of shutdown.drain_delay and of the wait for in-flight
+// requests: an operator pressing Ctrl-C twice wants out now). release stops catching the signals.
 func stopSignals() (stop, hurry context.Context, release func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -356,7 +356,9 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}
 	draining.Store(true)
 	listening.Store(false)
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	// A second signal also ends the wait for in-flight requests: the
+	// operator wants out now, not after shutdown.timeout.
+	sctx, cancel := context.WithTimeout(hurry, cfg.Shutdown.Timeout)
 	defer cancel()
 	if err := httpSrv.Shutdown(sctx); err != nil {
 		log.Warn("admin listener did not drain in time", "err", err)
