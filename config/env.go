@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // applyEnv overlays REGISTRYD_<SECTION>_<KEY> variables onto cfg. The names come
@@ -76,7 +78,25 @@ var (
 	byteSizeType = reflect.TypeOf(ByteSize(0))
 )
 
+// setValue parses the value s of an environment variable into f. It is read
+// as the same text would be in the YAML file (setNode), so that a value
+// means the same in both places.
 func setValue(f reflect.Value, s string) error {
+	return setNode(f, &yaml.Node{Kind: yaml.ScalarNode, Value: s})
+}
+
+// setNode parses the scalar n into f: a duration or a size by their own
+// parsers, a string as written, a boolean or a number first as yaml.v3 reads
+// it into a field of that type, then by strconv.
+//
+// yaml.v3 comes first because the file was once decoded by it into this
+// struct, and every file that loaded then must load the same now: it reads
+// y/yes/on and n/no/off (in lower, Title and upper case) as booleans, and
+// 0x10, 0o17, 017 (octal), 1_000, 1e3 and 500.0 (truncated, as it did) as
+// integers. strconv comes second for what the walk and the environment
+// accepted besides (1/t/0/f, a quoted number, inf), and for the message.
+func setNode(f reflect.Value, n *yaml.Node) error {
+	s := n.Value
 	switch f.Type() {
 	case durationType:
 		d, err := time.ParseDuration(s)
@@ -96,6 +116,13 @@ func setValue(f reflect.Value, s string) error {
 	switch f.Kind() {
 	case reflect.String:
 		f.SetString(s)
+		return nil
+	case reflect.Bool, reflect.Int, reflect.Int64, reflect.Float64:
+		if decodeAsYAML(f, n) {
+			return nil
+		}
+	}
+	switch f.Kind() {
 	case reflect.Bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -103,11 +130,11 @@ func setValue(f reflect.Value, s string) error {
 		}
 		f.SetBool(b)
 	case reflect.Int, reflect.Int64:
-		n, err := strconv.ParseInt(s, 10, 64)
+		i, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%q is not an integer", s)
 		}
-		f.SetInt(n)
+		f.SetInt(i)
 	case reflect.Float64:
 		x, err := strconv.ParseFloat(s, 64)
 		if err != nil {
@@ -118,6 +145,19 @@ func setValue(f reflect.Value, s string) error {
 		return fmt.Errorf("unsupported setting type %s", f.Type())
 	}
 	return nil
+}
+
+// decodeAsYAML sets f to the scalar n as yaml.v3 decodes it into a value of
+// f's type, and reports whether it could. A null (an empty environment
+// variable, "~") is not a value: yaml.v3 would leave the field as it was,
+// and the caller's parser says what is wrong.
+func decodeAsYAML(f reflect.Value, n *yaml.Node) bool {
+	p := reflect.New(reflect.PointerTo(f.Type())) // **T: nil after a null
+	if err := n.Decode(p.Interface()); err != nil || p.Elem().IsNil() {
+		return false
+	}
+	f.Set(p.Elem().Elem())
+	return true
 }
 
 // DecodeKey decodes a 32-byte key given as hex or standard/URL-safe base64.

@@ -16,9 +16,11 @@ import (
 // `soon` into time.Duration"), which mean nothing to an operator; here every
 // problem says where it is (file:line), which setting, and what is wrong in
 // the words the environment variables use, with a "did you mean" for a
-// misspelt key. And each value is parsed by setValue, the parser of the
+// misspelt key. And each value is parsed by setNode, the parser of the
 // environment variables, so a value means the same in both places (the
-// decoder would take "read_timeout: 60" as 60 nanoseconds).
+// decoder would take "read_timeout: 60" as 60 nanoseconds). What the
+// decoder accepted still loads the same: YAML 1.1 booleans (yes, off),
+// integers as YAML writes them (0x10, 1_000) and `<<` merge keys (entries).
 //
 // A syntax error stops at once (the rest of the file cannot be trusted) and
 // is returned as error; everything else is collected in Problems. A key with
@@ -45,8 +47,8 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 	}
 	sections := sectionFields(cfg)
 	seen := map[string]int{}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		key, val := resolveAlias(root.Content[i]), resolveAlias(root.Content[i+1])
+	for _, e := range entries(root, "", at) {
+		key, val := e.key, e.val
 		name := key.Value
 		sec, ok := sections[name]
 		if !ok || key.Kind != yaml.ScalarNode {
@@ -67,8 +69,8 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 		}
 		settings := settingFields(sec)
 		seenKey := map[string]int{}
-		for j := 0; j+1 < len(val.Content); j += 2 {
-			k, v := resolveAlias(val.Content[j]), resolveAlias(val.Content[j+1])
+		for _, e := range entries(val, name+": ", at) {
+			k, v := e.key, e.val
 			f, ok := settings[k.Value]
 			if !ok || k.Kind != yaml.ScalarNode {
 				at(k, "%s: unknown setting %q%s", name, k.Value, suggestSetting(cfg, name, k.Value, keysOf(settings)))
@@ -86,12 +88,93 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 				at(v, "%s.%s: expected one value, got %s", name, k.Value, describe(v))
 				continue
 			}
-			if err := setValue(f, v.Value); err != nil {
+			if err := setNode(f, v); err != nil {
 				at(v, "%s.%s: %v", name, k.Value, err)
 			}
 		}
 	}
 	return p, nil
+}
+
+type entry struct{ key, val *yaml.Node }
+
+// entries lists the key/value pairs of the mapping m (aliases resolved) the
+// way yaml.v3 decoded a mapping into a struct, merge keys included: first
+// m's own keys, then those its `<<` brings in (a mapping, or a list of
+// them, as an anchor or written in place), each only when no earlier
+// mapping had it, so the keys written next to `<<` win, and in a list the
+// first mapping wins. A merged mapping's own `<<` is expanded in turn.
+// Duplicates within one mapping are all listed: the caller reports them.
+// A second `<<` in one mapping, a `<<` that brings no mapping, or a mapping
+// that merges itself is a problem (prefix names the section), as yaml.v3
+// refused them too.
+func entries(m *yaml.Node, prefix string, at func(*yaml.Node, string, ...any)) []entry {
+	var out []entry
+	have := map[string]bool{} // keys of the mappings already listed
+	done := map[*yaml.Node]bool{}
+	onPath := map[*yaml.Node]bool{}
+	var walk func(m *yaml.Node)
+	mergeFrom := func(key, from *yaml.Node) {
+		switch {
+		case onPath[from]:
+			at(key, "%s\"<<\" names the anchor of the settings it is in, so they would merge themselves", prefix)
+		case !done[from]: // merged twice, it has nothing left to bring
+			walk(from)
+		}
+	}
+	walk = func(m *yaml.Node) {
+		done[m], onPath[m] = true, true
+		defer delete(onPath, m)
+		var merge, mergeKey *yaml.Node
+		var own []string
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if isMerge(m.Content[i]) {
+				if merge != nil {
+					at(m.Content[i], "%s\"<<\" is written twice (also on line %d); merge a list instead: \"<<: [*a, *b]\"", prefix, mergeKey.Line)
+				}
+				merge, mergeKey = m.Content[i+1], m.Content[i]
+				continue
+			}
+			k := resolveAlias(m.Content[i])
+			if isNull(k) || k.Kind == yaml.ScalarNode && have[k.Value] {
+				continue // yaml.v3 skipped a key without a name too
+			}
+			if k.Kind == yaml.ScalarNode {
+				own = append(own, k.Value)
+			}
+			out = append(out, entry{k, resolveAlias(m.Content[i+1])})
+		}
+		for _, k := range own {
+			have[k] = true
+		}
+		if merge == nil {
+			return
+		}
+		from := resolveAlias(merge)
+		switch from.Kind {
+		case yaml.MappingNode:
+			mergeFrom(mergeKey, from)
+			return
+		case yaml.SequenceNode:
+			for _, el := range from.Content {
+				if el = resolveAlias(el); el.Kind != yaml.MappingNode {
+					at(el, "%s\"<<\" merges groups of settings (\"<<: *name\" or \"<<: [*a, *b]\"), got %s in its list", prefix, describe(el))
+					continue
+				}
+				mergeFrom(mergeKey, el)
+			}
+			return
+		}
+		at(from, "%s\"<<\" merges groups of settings (\"<<: *name\" or \"<<: [*a, *b]\"), got %s", prefix, describe(from))
+	}
+	walk(m)
+	return out
+}
+
+// isMerge is yaml.v3's test for a merge key: a plain `<<` (or one tagged
+// !!merge); a quoted "<<" is an ordinary key.
+func isMerge(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Value == "<<" && (n.Tag == "" || n.Tag == "!" || n.ShortTag() == "!!merge")
 }
 
 func resolveAlias(n *yaml.Node) *yaml.Node {
@@ -113,6 +196,9 @@ func describe(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
+		if isNull(n) {
+			return "no value"
+		}
 		return fmt.Sprintf("the single value %q", n.Value)
 	}
 	return "something else"
