@@ -204,6 +204,8 @@ func TestListGroupsFilters(t *testing.T) {
 		{"search two terms", "root", "?search=te%20am2", []string{"team2"}},
 		{"search every term", "root", "?search=team%20hid", nil},
 		{"search quoted", "root", `?search="team2"`, []string{"team2"}},
+		// Two phrases side by side are both phrases (each must match).
+		{"search two quoted", "root", `?search="team"%20"am2"`, []string{"team2"}},
 		{"search in the name", "root", "?search=Hidd", []string{"hidden"}},
 		// Shorter than 3 characters: the whole name or path only.
 		{"search short", "root", "?search=in", nil},
@@ -308,4 +310,30 @@ func TestListProjects(t *testing.T) {
 	}
 	wantBody(t, e.get("/api/v4/projects?min_access_level=5", "carol"), 400, `{"error":"min_access_level does not have a valid value"}`)
 	wantBody(t, e.get("/api/v4/projects?order_by=stars", "carol"), 400, `{"error":"order_by does not have a valid value"}`)
+}
+
+// TestSearchQuotedPhrases: a "quoted phrase" is one term when blanks or the
+// ends stand on both sides, as GitLab's (?<=^| )"[^"]+"(?= |$); two side by
+// side are two phrases (they used to lose the second one to the shared blank).
+func TestSearchQuotedPhrases(t *testing.T) {
+	tests := []struct {
+		q    string
+		want []string
+	}{
+		{`"a b" "c d"`, []string{"a b", "c d"}},
+		{`"a b" "c d" "e f"`, []string{"a b", "c d", "e f"}},
+		{`xyz "a b" uvw`, []string{"xyz", "uvw", "a b"}},
+		{`  "one two"   "three four"  `, []string{"one two", "three four"}},
+		{`x"abc" "def"`, []string{`x"abc"`, "def"}},
+		{`"abc"x`, []string{`"abc"x`}},
+		{`a"b "cde"`, []string{`a"b`, "cde"}},
+		{`"" "abc"`, []string{`""`, "abc"}},
+		{`"unclosed phrase`, []string{`"unclosed`, "phrase"}},
+	}
+	for _, tc := range tests {
+		s := newSearch(&tc.q, true)
+		if !slices.Equal(s.terms, tc.want) {
+			t.Errorf("%s: terms %q, want %q", tc.q, s.terms, tc.want)
+		}
+	}
 }
