@@ -28,6 +28,7 @@ import (
 // orders them as they are listed here.
 type listEnv struct {
 	t      *testing.T
+	dir    string // the database's
 	st     *store.Store
 	srv    *Server
 	clock  *testClock
@@ -41,8 +42,9 @@ const listRootToken = "rdpat-root-token"
 
 func newListEnv(t *testing.T, mutate func(*config.Config)) *listEnv {
 	t.Helper()
-	st, srv, clock := newTestServer(t, listRootToken, mutate)
-	e := &listEnv{t: t, st: st, srv: srv, clock: clock, tokens: map[string]string{"root": listRootToken},
+	dir := t.TempDir()
+	st, srv, clock := newTestServerIn(t, dir, listRootToken, mutate)
+	e := &listEnv{t: t, dir: dir, st: st, srv: srv, clock: clock, tokens: map[string]string{"root": listRootToken},
 		users: map[string]store.User{}, groups: map[string]store.Group{}, projs: map[string]store.Project{}}
 	for _, name := range []string{"alice", "bob", "carol", "dave", "erin"} {
 		u, tok := newUserWithToken(t, st, name, strings.ToUpper(name[:1])+name[1:], store.ScopeAPI)
