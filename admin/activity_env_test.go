@@ -38,7 +38,8 @@ func newActEnv(t *testing.T, mutate func(*config.Config)) *actEnv {
 		t.Fatal(err)
 	}
 	e.users["root"] = root
-	g, err := st.CreateGroup(store.NewGroup{Name: "acme", Path: "acme", Visibility: store.Private})
+	// Public, so that it may hold projects of every visibility.
+	g, err := st.CreateGroup(store.NewGroup{Name: "acme", Path: "acme", Visibility: store.Public})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,15 @@ func (c *testClock) Advance(d time.Duration) {
 // user signs in with rootToken. mutate, when not nil, adjusts the config.
 func newTestServer(t *testing.T, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testClock) {
 	t.Helper()
+	return newTestServerIn(t, t.TempDir(), rootToken, mutate)
+}
+
+// newTestServerIn is newTestServer on the database in dir, which may hold
+// one already.
+func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testClock) {
+	t.Helper()
 	clock := &testClock{t: time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC)}
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: clock.Now})
+	st, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"encoding/json"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -18,9 +17,6 @@ import (
 // a field (Gitlab::SQL::Pattern's MIN_CHARS_FOR_PARTIAL_MATCHING). A shorter
 // query only matches a whole field.
 const minPartialMatch = 3
-
-// quotedTerm is a "quoted phrase" standing alone in a query.
-var quotedTerm = regexp.MustCompile(`(?:^| )"[^"]+"(?: |$)`)
 
 // search is a parsed search query, as GitLab's fuzzy_search reads one:
 // blanks squeezed, "quoted phrases" kept whole, the rest split on blanks.
@@ -41,17 +37,42 @@ func newSearch(q *string, anyLength bool) *search {
 		return nil
 	}
 	s := &search{query: squeezed}
-	var quoted []string
-	rest := quotedTerm.ReplaceAllStringFunc(squeezed, func(m string) string {
-		quoted = append(quoted, strings.Trim(strings.TrimSpace(m), `"`))
-		return " "
-	})
+	quoted, rest := splitQuoted(squeezed)
 	for _, t := range append(strings.Fields(rest), quoted...) {
 		if anyLength || utf8.RuneCountInString(t) >= minPartialMatch {
 			s.terms = append(s.terms, t)
 		}
 	}
 	return s
+}
+
+// splitQuoted takes the "quoted phrases" standing alone (between blanks or
+// the ends) out of a squeezed query, as GitLab's (?<=^| )"[^"]+"(?= |$).
+// Go's regexp has no lookarounds, and matching the blanks instead would use
+// up the one between two phrases side by side ("a b" "c d"), so the
+// neighbours are checked here by hand.
+func splitQuoted(q string) (quoted []string, rest string) {
+	var b strings.Builder
+	from := 0 // q[from:i] is not quoted
+	for i := 0; i < len(q); i++ {
+		if q[i] != '"' || (i > 0 && q[i-1] != ' ') {
+			continue
+		}
+		j := strings.IndexByte(q[i+1:], '"')
+		if j < 1 { // no closing quote, or nothing between the two
+			continue
+		}
+		end := i + 1 + j // the closing quote
+		if end+1 < len(q) && q[end+1] != ' ' {
+			continue
+		}
+		quoted = append(quoted, q[i+1:end])
+		b.WriteString(q[from:i])
+		b.WriteByte(' ')
+		from, i = end+1, end
+	}
+	b.WriteString(q[from:])
+	return quoted, b.String()
 }
 
 // matches reports whether any of fields matches: every term is a

@@ -28,6 +28,7 @@ import (
 // orders them as they are listed here.
 type listEnv struct {
 	t      *testing.T
+	dir    string // the database's
 	st     *store.Store
 	srv    *Server
 	clock  *testClock
@@ -41,8 +42,9 @@ const listRootToken = "rdpat-root-token"
 
 func newListEnv(t *testing.T, mutate func(*config.Config)) *listEnv {
 	t.Helper()
-	st, srv, clock := newTestServer(t, listRootToken, mutate)
-	e := &listEnv{t: t, st: st, srv: srv, clock: clock, tokens: map[string]string{"root": listRootToken},
+	dir := t.TempDir()
+	st, srv, clock := newTestServerIn(t, dir, listRootToken, mutate)
+	e := &listEnv{t: t, dir: dir, st: st, srv: srv, clock: clock, tokens: map[string]string{"root": listRootToken},
 		users: map[string]store.User{}, groups: map[string]store.Group{}, projs: map[string]store.Project{}}
 	for _, name := range []string{"alice", "bob", "carol", "dave", "erin"} {
 		u, tok := newUserWithToken(t, st, name, strings.ToUpper(name[:1])+name[1:], store.ScopeAPI)
@@ -204,6 +206,8 @@ func TestListGroupsFilters(t *testing.T) {
 		{"search two terms", "root", "?search=te%20am2", []string{"team2"}},
 		{"search every term", "root", "?search=team%20hid", nil},
 		{"search quoted", "root", `?search="team2"`, []string{"team2"}},
+		// Two phrases side by side are both phrases (each must match).
+		{"search two quoted", "root", `?search="team"%20"am2"`, []string{"team2"}},
 		{"search in the name", "root", "?search=Hidd", []string{"hidden"}},
 		// Shorter than 3 characters: the whole name or path only.
 		{"search short", "root", "?search=in", nil},
@@ -308,4 +312,30 @@ func TestListProjects(t *testing.T) {
 	}
 	wantBody(t, e.get("/api/v4/projects?min_access_level=5", "carol"), 400, `{"error":"min_access_level does not have a valid value"}`)
 	wantBody(t, e.get("/api/v4/projects?order_by=stars", "carol"), 400, `{"error":"order_by does not have a valid value"}`)
+}
+
+// TestSearchQuotedPhrases: a "quoted phrase" is one term when blanks or the
+// ends stand on both sides, as GitLab's (?<=^| )"[^"]+"(?= |$); two side by
+// side are two phrases (they used to lose the second one to the shared blank).
+func TestSearchQuotedPhrases(t *testing.T) {
+	tests := []struct {
+		q    string
+		want []string
+	}{
+		{`"a b" "c d"`, []string{"a b", "c d"}},
+		{`"a b" "c d" "e f"`, []string{"a b", "c d", "e f"}},
+		{`xyz "a b" uvw`, []string{"xyz", "uvw", "a b"}},
+		{`  "one two"   "three four"  `, []string{"one two", "three four"}},
+		{`x"abc" "def"`, []string{`x"abc"`, "def"}},
+		{`"abc"x`, []string{`"abc"x`}},
+		{`a"b "cde"`, []string{`a"b`, "cde"}},
+		{`"" "abc"`, []string{`""`, "abc"}},
+		{`"unclosed phrase`, []string{`"unclosed`, "phrase"}},
+	}
+	for _, tc := range tests {
+		s := newSearch(&tc.q, true)
+		if !slices.Equal(s.terms, tc.want) {
+			t.Errorf("%s: terms %q, want %q", tc.q, s.terms, tc.want)
+		}
+	}
 }

@@ -59,7 +59,7 @@ func newWorld(t *testing.T) *world {
 	if w.plat, err = st.CreateGroup(store.NewGroup{Name: "platform", Path: "platform", ParentID: w.acme.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if w.other, err = st.CreateGroup(store.NewGroup{Name: "other", Path: "other"}); err != nil {
+	if w.other, err = st.CreateGroup(store.NewGroup{Name: "other", Path: "other", Visibility: store.Public}); err != nil {
 		t.Fatal(err)
 	}
 	if w.app, err = st.CreateProject(store.NewProject{Name: "app", NamespaceID: w.plat.ID}); err != nil {

@@ -19,7 +19,9 @@ func TestGitLabSpecsReplayed(t *testing.T) {
 	userID, userTok := f.User("spec-user", false)
 	otherID, _ := f.User("spec-other", false)
 	_, adminTok := f.User("spec-admin", true)
-	g := f.Group("specs", 0, "private")
+	// Public, so that it may hold the public project below (a private group
+	// may hold only private projects).
+	g := f.Group("specs", 0, "public")
 	f.Member(g, userID, maintainer)
 
 	t.Run("events: unpadded dates and scope=all", func(t *testing.T) {

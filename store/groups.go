@@ -95,6 +95,9 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 			if !ok {
 				return notFound("Parent Group")
 			}
+			if err := checkChildVisibility(g.Visibility, effectiveVisibilityTx(tx, parent.ID), false); err != nil {
+				return err
+			}
 			g.FullPath = parent.FullPath + "/" + n.Path
 			g.FullName = parent.FullName + " / " + n.Name
 		}
@@ -157,7 +160,8 @@ func refID(tx *bolt.Tx, byPath []byte, ref string) int64 {
 // Group returns a group by id.
 func (s *Store) Group(id int64) (Group, error) { return s.GroupByRef(strconv.FormatInt(id, 10)) }
 
-// GroupByRef returns a group by numeric id or full path.
+// GroupByRef returns a group by numeric id or full path, its visibility
+// capped by its ancestors' (see visibility.go).
 func (s *Store) GroupByRef(ref string) (Group, error) {
 	var g Group
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -165,6 +169,7 @@ func (s *Store) GroupByRef(ref string) (Group, error) {
 		if g, ok = groupTx(tx, refID(tx, bktGroupsByPath, ref)); !ok {
 			return notFound("Group")
 		}
+		g = cappedGroupTx(tx, g)
 		return nil
 	})
 	return g, err

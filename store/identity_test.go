@@ -217,7 +217,7 @@ func TestGroupsAndProjects(t *testing.T) {
 	if lvl := s.GroupAccessLevel(acme.ID, owner.ID); lvl != Owner {
 		t.Fatalf("creator's level %d, want owner", lvl)
 	}
-	plat := ok(s.CreateGroup(NewGroup{Name: "Platform", Path: "platform", ParentID: acme.ID, Visibility: Internal}))(t)
+	plat := ok(s.CreateGroup(NewGroup{Name: "Platform", Path: "platform", ParentID: acme.ID, Visibility: Private}))(t)
 	if plat.FullPath != "acme/platform" || plat.FullName != "Acme Corp / Platform" || plat.TopLevel() {
 		t.Fatalf("subgroup = %+v", plat)
 	}

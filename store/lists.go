@@ -16,29 +16,65 @@ import (
 // against.
 func (s *Store) Now() time.Time { return s.clock() }
 
-// Groups returns every group, by id.
+// Groups returns every group, by id, each visibility capped by its
+// ancestors' (see visibility.go).
 func (s *Store) Groups() ([]Group, error) {
 	var out []Group
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktGroups)
-		return b.ForEach(func(k, _ []byte) error {
-			var g Group
-			getJSON(b, k, &g)
-			out = append(out, g)
-			return nil
-		})
+		var err error
+		out, err = groupsTx(tx)
+		if err != nil {
+			return err
+		}
+		vis := effectiveVisibilities(groupMap(out))
+		for i := range out {
+			out[i].Visibility = vis[out[i].ID]
+		}
+		return nil
 	})
 	return out, err
 }
 
-// Projects returns every project, by id.
+// groupsTx decodes every group, by id, as stored.
+func groupsTx(tx *bolt.Tx) ([]Group, error) {
+	var out []Group
+	b := tx.Bucket(bktGroups)
+	err := b.ForEach(func(k, _ []byte) error {
+		var g Group
+		getJSON(b, k, &g)
+		out = append(out, g)
+		return nil
+	})
+	return out, err
+}
+
+func groupMap(gs []Group) map[int64]Group {
+	m := make(map[int64]Group, len(gs))
+	for _, g := range gs {
+		m[g.ID] = g
+	}
+	return m
+}
+
+// Projects returns every project, by id, each visibility capped by its
+// namespace's and their ancestors' (see visibility.go).
 func (s *Store) Projects() ([]Project, error) {
 	var out []Project
 	err := s.db.View(func(tx *bolt.Tx) error {
+		groups, err := groupsTx(tx)
+		if err != nil {
+			return err
+		}
+		vis := effectiveVisibilities(groupMap(groups))
 		b := tx.Bucket(bktProjects)
 		return b.ForEach(func(k, _ []byte) error {
 			var p Project
 			getJSON(b, k, &p)
+			ns, ok := vis[p.NamespaceID]
+			if !ok {
+				ns = Private
+			}
+			p.Visibility = mostPrivate(p.Visibility, ns)
 			out = append(out, p)
 			return nil
 		})

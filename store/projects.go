@@ -61,6 +61,9 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 		if !ok {
 			return notFound("Namespace")
 		}
+		if err := checkChildVisibility(p.Visibility, effectiveVisibilityTx(tx, ns.ID), true); err != nil {
+			return err
+		}
 		p.FullPath = ns.FullPath + "/" + p.Path
 		p.FullName = ns.FullName + " / " + p.Name
 		if pathTaken(tx, p.FullPath) {
@@ -103,7 +106,8 @@ func (s *Store) Project(id int64) (Project, error) {
 	return s.ProjectByRef(strconv.FormatInt(id, 10))
 }
 
-// ProjectByRef returns a project by numeric id or full path.
+// ProjectByRef returns a project by numeric id or full path, its visibility
+// capped by its namespace's and their ancestors' (see visibility.go).
 func (s *Store) ProjectByRef(ref string) (Project, error) {
 	var p Project
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -111,6 +115,7 @@ func (s *Store) ProjectByRef(ref string) (Project, error) {
 		if p, ok = projectTx(tx, refID(tx, bktProjectsPath, ref)); !ok {
 			return notFound("Project")
 		}
+		p = cappedProjectTx(tx, p)
 		return nil
 	})
 	return p, err
