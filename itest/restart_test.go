@@ -69,7 +69,7 @@ func TestRestart(t *testing.T) {
 	w := &restartWorld{tokens: map[string]string{}}
 
 	acme := f.Group("acme", 0, "private")
-	platform := f.Group("platform", acme, "internal")
+	platform := f.Group("platform", acme, "private") // no more visible than acme (GitLab refuses)
 	open := f.Group("open", 0, "public")
 	w.groups = []int64{acme, platform, open}
 	w.topGroups = []int64{acme, open}
