@@ -424,3 +424,118 @@ func TestDiskFullSidecarMemo(t *testing.T) {
 		t.Fatalf("upstream GETs of the file = %d after the memo expired, want 2", got)
 	}
 }
+
+// waitUnheld waits until the uncached bodies' memory is given back: the
+// last holder of a flight releases it when fasthttp closes its response,
+// a moment after the client has read (or lost) it.
+func (e *env) waitUnheld() {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.srv.disk.held.Load() != 0 {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d bytes of uncached bodies still held", e.srv.disk.held.Load())
+		}
+		time.Sleep(time.Millisecond) // a poll interval, not a synchronisation
+	}
+}
+
+// TestBadAnswersOnAnUncachedMiss: every upstream fault class on a miss while
+// the disk is full (the fill streams uncached, passthrough.go): the client
+// never holds a complete-looking wrong file, the next upstream serves as
+// when caching, nothing is stored, no memory stays held, and the checksum
+// sidecar that follows answers the served file's digest (the memo keeps
+// only digests of bodies served whole), never the faulty upstream's.
+func TestBadAnswersOnAnUncachedMiss(t *testing.T) {
+	for _, size := range []int{2 << 10, 3 * spillChunk} {
+		large := size > memBodyMax
+		for _, c := range badAnswers(large) {
+			t.Run(strconv.Itoa(size)+"/"+c.name, func(t *testing.T) {
+				e := envFor(t, c)
+				e.fakeVolume(0)
+				bad, good := newFakeUpstream(t), newFakeUpstream(t)
+				body := jarBytes(jarPath, size)
+				badURL := bad.URL
+				if c.down {
+					badURL = downURL(t)
+				} else {
+					bad.set(jarPath, c.file(jarBytes("bad/"+jarPath, size)))
+				}
+				good.set(jarPath, fakeFile{body: body})
+				badID, goodID := e.upstream(badURL, nil, nil), e.upstream(good.URL, nil, nil)
+
+				r := e.get(jarPath)
+				if c.midStream || c.streamed {
+					if r.status != 200 || r.readErr == nil {
+						t.Fatalf("status %d, read error %v: a body broken mid-stream must end short", r.status, r.readErr)
+					}
+					e.waitFills()
+					if c.midStream && good.total() != 0 {
+						t.Fatal("the next upstream was asked after the answer had started")
+					}
+					r = e.get(jarPath) // the client's retry
+				}
+				if c.midStream && r.readErr != nil {
+					// A transport fault may well repeat: the retry may end
+					// short again, but never look complete.
+					if r.status != 200 {
+						t.Fatalf("retry status %d", r.status)
+					}
+				} else {
+					r.expect(t, 200).expectBody(t, string(body))
+					_, sha1hex, _, _ := digests(body)
+					calls := good.calls(jarPath)
+					e.get(jarPath+".sha1").expect(t, 200).expectBody(t, sha1hex)
+					if good.calls(jarPath) != calls {
+						t.Fatal("the sidecar fetched the file again")
+					}
+				}
+				e.waitFills()
+				e.waitUnheld()
+				e.expectUncached(badID, jarPath)
+				e.expectUncached(goodID, jarPath)
+				if e.rememberedAbsent(badID, jarPath) {
+					t.Fatal("a faulty answer was remembered as a 404")
+				}
+			})
+		}
+	}
+}
+
+// TestBadAnswersOnAnUncachedRevalidation: every upstream fault class on
+// the revalidation of a stale entry while the disk is full: the stored copy
+// is served and stays.
+func TestBadAnswersOnAnUncachedRevalidation(t *testing.T) {
+	for _, c := range badAnswers(false) {
+		t.Run(c.name, func(t *testing.T) {
+			e := envFor(t, c)
+			vol := e.fakeVolume(50 * gib)
+			up := newFakeUpstream(t)
+			good := jarBytes(jarPath, 3*spillChunk)
+			up.set(jarPath, fakeFile{body: good, etag: `"v1"`})
+			uid := e.upstream(up.URL, hours(1), nil)
+			e.get(jarPath).expect(t, 200).expectBody(t, string(good))
+			before, ok := e.entry(uid, "/"+jarPath)
+			if !ok {
+				t.Fatal("not cached")
+			}
+			e.setFree(vol, 0)
+			e.clock.Advance(2 * time.Hour)
+			if c.down {
+				up.srv.Close()
+			} else {
+				up.set(jarPath, c.file(jarBytes("changed/"+jarPath, 3*spillChunk)))
+			}
+			e.get(jarPath).expect(t, 200).expectBody(t, string(good))
+			e.waitFills()
+			e.waitUnheld()
+			after, ok := e.entry(uid, "/"+jarPath)
+			if !ok || after.SHA256 != before.SHA256 {
+				t.Fatalf("the stored copy was replaced or removed: %+v, %v", after, ok)
+			}
+			if e.rememberedAbsent(uid, jarPath) {
+				t.Fatal("a faulty answer was remembered as a 404")
+			}
+			e.noBrokenState()
+		})
+	}
+}

@@ -511,19 +511,23 @@ const (
 func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 	rel := x.path.EntryRel()
 	x.res = resMiss
+	if x.path.Kind == maven.Checksum {
+		// The file was just streamed uncached (a full disk): its digests
+		// answer, as a stored entry's would (looked for on every upstream
+		// before any is asked, as the lookup does), rather than fetching
+		// it all again.
+		for _, up := range x.reg.ups {
+			if e, ok := s.uncached.recall(up.id, rel, s.now()); ok {
+				x.up = up.id
+				return s.serveDigest(x, &e)
+			}
+		}
+	}
 	failures := x.denied
 	asked := false
 	for _, up := range x.reg.ups {
 		if up.id == skip {
 			continue
-		}
-		if x.path.Kind == maven.Checksum {
-			// The file was just streamed uncached (a full disk): its
-			// digests answer, rather than fetching it all again.
-			if e, ok := s.uncached.recall(up.id, rel, s.now()); ok {
-				x.up = up.id
-				return s.serveDigest(x, &e)
-			}
 		}
 		t := s.askFor(up, rel, seen)
 		if t.err != nil {
