@@ -235,8 +235,12 @@ func (f *flight) trimLocked() {
 // for readers to make room when the window is full.
 func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 	p := &f.pass
-	stall := time.NewTimer(time.Hour)
-	defer stall.Stop()
+	var stall *time.Timer // made at the first wait: most calls never wait
+	defer func() {
+		if stall != nil {
+			stall.Stop()
+		}
+	}()
 	for len(b) > 0 {
 		f.mu.Lock()
 		end := f.written
@@ -256,7 +260,11 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 			p.fillWaits, p.room = true, make(chan struct{})
 			room := p.room
 			f.mu.Unlock()
-			stall.Reset(f.s.spillStall)
+			if stall == nil {
+				stall = time.NewTimer(f.s.spillStall)
+			} else {
+				stall.Reset(f.s.spillStall)
+			}
 			select {
 			case <-room:
 			case <-stall.C:
