@@ -3,17 +3,17 @@ package store
 import (
 	"slices"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
-func assocTx(tx *bolt.Tx, id int64) (RegistryUpstream, bool) {
+func assocTx(tx kv.Tx, id int64) (RegistryUpstream, bool) {
 	var a RegistryUpstream
 	ok := getJSON(tx.Bucket(bktAssocs), itob(id), &a)
 	return a, ok
 }
 
 // assocsOfRegistryTx returns the registry's associations ordered by position.
-func assocsOfRegistryTx(tx *bolt.Tx, registry int64) []RegistryUpstream {
+func assocsOfRegistryTx(tx kv.Tx, registry int64) []RegistryUpstream {
 	var out []RegistryUpstream
 	for _, id := range childIDs(tx.Bucket(bktRegAssocs), registry) {
 		if a, ok := assocTx(tx, id); ok {
@@ -24,11 +24,11 @@ func assocsOfRegistryTx(tx *bolt.Tx, registry int64) []RegistryUpstream {
 	return out
 }
 
-func putAssocTx(tx *bolt.Tx, a RegistryUpstream) error {
+func putAssocTx(tx kv.Tx, a RegistryUpstream) error {
 	return putJSON(tx.Bucket(bktAssocs), itob(a.ID), a)
 }
 
-func appendAssocTx(tx *bolt.Tx, registry, upstream int64) (RegistryUpstream, error) {
+func appendAssocTx(tx kv.Tx, registry, upstream int64) (RegistryUpstream, error) {
 	existing := assocsOfRegistryTx(tx, registry)
 	if len(existing) >= MaxUpstreamsPerRegistry {
 		return RegistryUpstream{}, invalid("registry_upstreams.position", "must be less than or equal to 20")
@@ -41,14 +41,14 @@ func appendAssocTx(tx *bolt.Tx, registry, upstream int64) (RegistryUpstream, err
 	if err := putAssocTx(tx, a); err != nil {
 		return a, err
 	}
-	if err := tx.Bucket(bktRegAssocs).Put(pair(registry, id), nil); err != nil {
+	if err := tx.Bucket(bktRegAssocs).Put(pair(registry, id), emptyValue); err != nil {
 		return a, err
 	}
-	return a, tx.Bucket(bktUpAssocs).Put(pair(upstream, id), nil)
+	return a, tx.Bucket(bktUpAssocs).Put(pair(upstream, id), emptyValue)
 }
 
 // deleteAssocTx removes an association and closes the gap in its registry.
-func deleteAssocTx(tx *bolt.Tx, a RegistryUpstream) error {
+func deleteAssocTx(tx kv.Tx, a RegistryUpstream) error {
 	if err := tx.Bucket(bktAssocs).Delete(itob(a.ID)); err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func deleteAssocTx(tx *bolt.Tx, a RegistryUpstream) error {
 // Associate appends an existing upstream of the registry's group to the registry.
 func (s *Store) Associate(registry, upstream int64) (RegistryUpstream, error) {
 	var a RegistryUpstream
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		r, ok := registryTx(tx, registry)
 		if !ok {
 			return notFound("Registry")
@@ -96,7 +96,7 @@ func (s *Store) Associate(registry, upstream int64) (RegistryUpstream, error) {
 // Association returns an association by id.
 func (s *Store) Association(id int64) (RegistryUpstream, error) {
 	var a RegistryUpstream
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		if a, ok = assocTx(tx, id); !ok {
 			return notFound("Registry Upstream")
@@ -110,7 +110,7 @@ func (s *Store) Association(id int64) (RegistryUpstream, error) {
 // current maximum); the upstreams in between shift by one.
 func (s *Store) MoveAssociation(id int64, position int) (RegistryUpstream, error) {
 	var moved RegistryUpstream
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		a, ok := assocTx(tx, id)
 		if !ok {
 			return notFound("Registry Upstream")
@@ -141,7 +141,7 @@ func (s *Store) MoveAssociation(id int64, position int) (RegistryUpstream, error
 // DeleteAssociation removes an upstream from a registry and closes the gap;
 // an upstream left in no registry is deleted with its cache.
 func (s *Store) DeleteAssociation(id int64) error {
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		a, ok := assocTx(tx, id)
 		if !ok {
 			return notFound("Registry Upstream")

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // AuditEvent is one audit record in the shape of GitLab's audit events: who
@@ -287,12 +287,12 @@ func (s *Store) RecordAudit(evs ...AuditEvent) ([]AuditEvent, error) {
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		events, byTime, byType, byEntity := tx.Bucket(bktAudit), tx.Bucket(bktAuditByTime),
 			tx.Bucket(bktAuditByType), tx.Bucket(bktAuditByEntity)
 		// Ids and times only grow (mostly): fill pages instead of splitting them in half.
-		for _, b := range []*bolt.Bucket{events, byTime, byType} {
-			b.FillPercent = 0.95
+		for _, b := range []kv.Bucket{events, byTime, byType} {
+			b.SetFillPercent(0.95)
 		}
 		delta := map[string]uint64{}
 		for i := range out {
@@ -340,7 +340,7 @@ func (s *Store) RecordAudit(evs ...AuditEvent) ([]AuditEvent, error) {
 // AuditEvent returns one audit event by id.
 func (s *Store) AuditEvent(id int64) (AuditEvent, error) {
 	var e AuditEvent
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		v := tx.Bucket(bktAudit).Get(itob(id))
 		if v == nil {
 			return notFound("AuditEvent")

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // AuditQuery selects one page of audit events.
@@ -47,8 +47,8 @@ func (s *Store) AuditEventsPage(q AuditQuery) ([]AuditEvent, int, error) {
 		(!q.Before.IsZero() && q.Before.UnixMilli() < 0) {
 		return nil, 0, nil // an empty range
 	}
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var b *bolt.Bucket
+	err := s.db.View(func(tx kv.Tx) error {
+		var b kv.Bucket
 		var prefix []byte
 		var countKey []byte
 		switch {
@@ -131,7 +131,7 @@ func auditRange(prefix []byte, after, before time.Time) auditKeyRange {
 }
 
 // last positions c on the newest key of the range.
-func (r auditKeyRange) last(c *bolt.Cursor) ([]byte, []byte) {
+func (r auditKeyRange) last(c kv.Cursor) ([]byte, []byte) {
 	var k, v []byte
 	if r.hi == nil {
 		k, v = c.Last()
@@ -143,7 +143,7 @@ func (r auditKeyRange) last(c *bolt.Cursor) ([]byte, []byte) {
 	return r.check(k, v)
 }
 
-func (r auditKeyRange) prev(c *bolt.Cursor) ([]byte, []byte) { return r.check(c.Prev()) }
+func (r auditKeyRange) prev(c kv.Cursor) ([]byte, []byte) { return r.check(c.Prev()) }
 
 func (r auditKeyRange) check(k, v []byte) ([]byte, []byte) {
 	if k == nil || !bytes.HasPrefix(k, r.prefix) || bytes.Compare(k, r.lo) < 0 ||

@@ -328,7 +328,7 @@ func TestRecordAuditConcurrentWriters(t *testing.T) {
 // them; the figure to read is µs/event (one transaction and its fsync per
 // batch, shared by 64 events).
 func BenchmarkRecordAudit(b *testing.B) {
-	s, err := Open(b.TempDir(), Options{SecretKey: make([]byte, 32)})
+	s, err := openAt(b, b.TempDir(), Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func BenchmarkRecordAudit(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkAuditEventsPage -benchtime 2000x ./store/
 func BenchmarkAuditEventsPage(b *testing.B) {
 	const total, groups, authors, batch = 1_000_000, 100, 50, 20_000
-	s, err := Open(b.TempDir(), Options{SecretKey: make([]byte, 32)})
+	s, err := openAt(b, b.TempDir(), Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		b.Fatal(err)
 	}

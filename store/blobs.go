@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Blobs is the content-addressed file store beside the index:
@@ -418,7 +418,7 @@ func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (Cache
 func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
 	now := s.clock()
 	var freed string
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		var old CacheEntry
 		had := getJSON(tx.Bucket(bktCacheEntries), cacheKey(e.UpstreamID, e.RelativePath), &old)
 		if err := putCacheEntryTx(tx, &e, now); err != nil {
@@ -631,7 +631,7 @@ func (b *Blobs) Sweep(s *Store) (SweepResult, error) {
 // read transaction.
 func (s *Store) referencedBlobs(shas map[string]int64) (map[string]bool, error) {
 	out := make(map[string]bool, len(shas))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bktBlobRefs)
 		for sha := range shas {
 			if b.Get([]byte(sha)) != nil {

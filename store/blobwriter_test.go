@@ -214,7 +214,7 @@ func TestBlobWriterDetectsAShrunkTempFile(t *testing.T) {
 // clients wait for: the hashers keep off that path) and finish-ns is Finish
 // (the hashing the writer outran, and the fsync).
 func BenchmarkBlobWriter64MiB(b *testing.B) {
-	s, err := Open(b.TempDir(), Options{SecretKey: testKey})
+	s, err := openAt(b, b.TempDir(), Options{SecretKey: testKey})
 	if err != nil {
 		b.Fatal(err)
 	}

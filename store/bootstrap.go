@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // RootUsername is the admin user created on first start.
@@ -18,9 +18,9 @@ const RootUsername = "root"
 // transaction. created is false when the database was already initialised.
 func (s *Store) EnsureRoot(plain string) (created bool, err error) {
 	now := s.clock()
-	err = s.update(true, false, func(tx *bolt.Tx) error {
+	err = s.update(true, false, func(tx kv.Tx) error {
 		meta := tx.Bucket(bktMeta)
-		if meta.Get(metaInitialized) != nil || tx.Bucket(bktUsers).Stats().KeyN > 0 {
+		if meta.Get(metaInitialized) != nil || tx.Bucket(bktUsers).KeyN() > 0 {
 			return nil
 		}
 		u, err := createUserTx(tx, User{Username: RootUsername, Name: "Administrator", Email: "admin@example.com",
@@ -41,7 +41,7 @@ func (s *Store) EnsureRoot(plain string) (created bool, err error) {
 // Initialized reports whether root was created already.
 func (s *Store) Initialized() bool {
 	done := false
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx kv.Tx) error {
 		done = tx.Bucket(bktMeta).Get(metaInitialized) != nil
 		return nil
 	})

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // CacheEntry is one file cached from one upstream. Its bytes live in the blob
@@ -44,7 +44,7 @@ const (
 	MaxContentType  = 255
 )
 
-func refsAdd(tx *bolt.Tx, sha string, delta int64) (int64, error) {
+func refsAdd(tx kv.Tx, sha string, delta int64) (int64, error) {
 	b := tx.Bucket(bktBlobRefs)
 	var n int64
 	if v := b.Get([]byte(sha)); v != nil {
@@ -62,11 +62,11 @@ func refsAdd(tx *bolt.Tx, sha string, delta int64) (int64, error) {
 // already be durable in the blob store.
 func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
 	now := s.clock()
-	err := s.update(false, true, func(tx *bolt.Tx) error { return putCacheEntryTx(tx, &e, now) })
+	err := s.update(false, true, func(tx kv.Tx) error { return putCacheEntryTx(tx, &e, now) })
 	return e, err
 }
 
-func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
+func putCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
 	if e.RelativePath == "" || e.RelativePath[0] != '/' || len(e.RelativePath) > MaxRelativePath {
 		return invalid("relative_path", "is invalid")
 	}
@@ -121,10 +121,10 @@ func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 	if _, err := refsAdd(tx, e.SHA256, 1); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bktCacheByTime).Put(cacheTimeKey(e.UpstreamID, e.CreatedAt, e.RelativePath), nil); err != nil {
+	if err := tx.Bucket(bktCacheByTime).Put(cacheTimeKey(e.UpstreamID, e.CreatedAt, e.RelativePath), emptyValue); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bktCacheByUse).Put(cacheUseKey(e), nil); err != nil {
+	if err := tx.Bucket(bktCacheByUse).Put(cacheUseKey(e), emptyValue); err != nil {
 		return err
 	}
 	return putJSON(b, key, e)
@@ -133,7 +133,7 @@ func putCacheEntryTx(tx *bolt.Tx, e *CacheEntry, now time.Time) error {
 // CacheEntry returns the live entry for (upstream, relative path).
 func (s *Store) CacheEntry(upstream int64, rel string) (CacheEntry, error) {
 	var e CacheEntry
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if !liveEntryTx(tx, cacheKey(upstream, rel), &e) {
 			e = CacheEntry{}
 			return notFound("Cache entry")
@@ -146,7 +146,7 @@ func (s *Store) CacheEntry(upstream int64, rel string) (CacheEntry, error) {
 // FirstCacheEntry returns the entry for rel of the first upstream, in the
 // given order, that has one. ok is false when none has.
 func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok bool, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx kv.Tx) error {
 		for _, id := range upstreams {
 			var c CacheEntry
 			if liveEntryTx(tx, cacheKey(id, rel), &c) {
@@ -162,7 +162,7 @@ func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok
 // TouchCacheEntry records a successful revalidation at checkedAt; an
 // invalidated entry is valid again.
 func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time) error {
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
@@ -181,7 +181,7 @@ func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time)
 func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, error) {
 	var e CacheEntry
 	defer s.forget.bump(upstream)
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
 		if !liveEntryTx(tx, key, &e) {
@@ -199,7 +199,7 @@ func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, er
 func (s *Store) InvalidateUpstreamCache(upstream int64) (int, error) {
 	n := 0
 	defer s.forget.bump(upstream)
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
 		}
@@ -250,7 +250,7 @@ func (s *Store) AddDownloads(batch []DownloadCount) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx kv.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		use := tx.Bucket(bktCacheByUse)
 		for _, d := range batch {
@@ -267,7 +267,7 @@ func (s *Store) AddDownloads(batch []DownloadCount) error {
 					return err
 				}
 				e.DownloadedAt = &last
-				if err := use.Put(cacheUseKey(&e), nil); err != nil {
+				if err := use.Put(cacheUseKey(&e), emptyValue); err != nil {
 					return err
 				}
 			}
@@ -288,11 +288,11 @@ type CacheStats struct {
 // or purged) and referenced blobs.
 func (s *Store) CacheStats() CacheStats {
 	var st CacheStats
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx kv.Tx) error {
 		purged := int(purgeRemainingTx(tx))
-		st.Entries = tx.Bucket(bktCacheEntries).Stats().KeyN - purged
-		st.Pending = tx.Bucket(bktCachePending).Stats().KeyN + purged
-		st.Blobs = tx.Bucket(bktBlobRefs).Stats().KeyN
+		st.Entries = tx.Bucket(bktCacheEntries).KeyN() - purged
+		st.Pending = tx.Bucket(bktCachePending).KeyN() + purged
+		st.Blobs = tx.Bucket(bktBlobRefs).KeyN()
 		return nil
 	})
 	return st

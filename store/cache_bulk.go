@@ -1,7 +1,7 @@
 package store
 
 import (
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // PutCacheEntries writes many new entries in one transaction: for imports
@@ -10,7 +10,7 @@ import (
 // PutCacheEntry does.
 func (s *Store) PutCacheEntries(entries []CacheEntry) error {
 	now := s.clock()
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		for _, e := range entries {
 			if err := putCacheEntryTx(tx, &e, now); err != nil {
 				return err

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // pendingEntry is an entry marked for destruction by a single delete:
@@ -16,7 +16,7 @@ type pendingEntry struct {
 	MarkedAt time.Time `json:"marked_at"`
 }
 
-func markPendingTx(tx *bolt.Tx, key []byte, e CacheEntry, now time.Time) error {
+func markPendingTx(tx kv.Tx, key []byte, e CacheEntry, now time.Time) error {
 	p := tx.Bucket(bktCachePending)
 	seq, err := p.NextSequence()
 	if err != nil {
@@ -37,7 +37,7 @@ func markPendingTx(tx *bolt.Tx, key []byte, e CacheEntry, now time.Time) error {
 // DeleteCacheEntry marks one entry for destruction.
 func (s *Store) DeleteCacheEntry(upstream int64, rel string) error {
 	defer s.forget.bump(upstream)
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
 		if !liveEntryTx(tx, key, &e) {
@@ -54,7 +54,7 @@ func (s *Store) DeleteCacheEntry(upstream int64, rel string) error {
 func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
 	n := 0
 	defer s.forget.bump(upstream)
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
 		}
@@ -71,7 +71,7 @@ func (s *Store) PurgeUpstreamCache(upstream int64) (int, error) {
 func (s *Store) PurgeRegistryCache(registry int64) (int, error) {
 	n := 0
 	defer s.forgetRegistry(registry)
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		if _, ok := registryTx(tx, registry); !ok {
 			return notFound("Registry")
 		}
@@ -108,7 +108,7 @@ type Collected struct {
 // not move the cache generation: what it destroys was already absent.
 func (s *Store) CollectPending(max int) (Collected, error) {
 	var out Collected
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx kv.Tx) error {
 		p := tx.Bucket(bktCachePending)
 		c := p.Cursor()
 		var keys [][]byte
@@ -154,7 +154,7 @@ func (s *Store) CollectWanted() <-chan struct{} { return s.collect }
 // BlobReferenced reports whether any entry, live or pending, refers to the blob.
 func (s *Store) BlobReferenced(sha256 string) bool {
 	ref := false
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx kv.Tx) error {
 		ref = tx.Bucket(bktBlobRefs).Get([]byte(sha256)) != nil
 		return nil
 	})

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // ListCacheEntries lists an upstream's live entries, newest first, one page
@@ -19,7 +19,7 @@ func (s *Store) ListCacheEntries(upstream int64, search string, offset, limit in
 	var page []CacheEntry
 	total := 0
 	needle := strings.TrimSpace(search)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
 		}
@@ -59,7 +59,7 @@ func (s *Store) ListCacheEntries(upstream int64, search string, offset, limit in
 
 // listByPrefix ranges over the entries whose path starts with prefix and
 // orders them newest first.
-func listByPrefix(b *bolt.Bucket, upstream int64, prefix string, epoch uint64, offset, limit int) ([]CacheEntry, int) {
+func listByPrefix(b kv.Bucket, upstream int64, prefix string, epoch uint64, offset, limit int) ([]CacheEntry, int) {
 	start := cacheKey(upstream, prefix)
 	var all []CacheEntry
 	c := b.Cursor()

@@ -95,7 +95,7 @@ func ok2[A, B any](a A, b B, err error) func(testing.TB) (A, B) {
 // BenchmarkListCacheEntries1M measures the first page of a substring and of
 // a prefix search over one upstream with a million entries.
 func BenchmarkListCacheEntries1M(b *testing.B) {
-	s, err := Open(b.TempDir(), Options{SecretKey: testKey})
+	s, err := openAt(b, b.TempDir(), Options{SecretKey: testKey})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Purges. Purging an upstream's cache (directly, through its registry, or by
@@ -70,7 +70,7 @@ func decodePurgeMark(b []byte) purgeMark {
 	return m
 }
 
-func purgeMarkTx(tx *bolt.Tx, upstream int64) (purgeMark, bool) {
+func purgeMarkTx(tx kv.Tx, upstream int64) (purgeMark, bool) {
 	v := tx.Bucket(bktCachePurges).Get(itob(upstream))
 	if v == nil {
 		return purgeMark{}, false
@@ -80,7 +80,7 @@ func purgeMarkTx(tx *bolt.Tx, upstream int64) (purgeMark, bool) {
 
 // purgeEpochTx is the epoch of the upstream's purge in progress, 0 if none.
 // It reads only the first 8 bytes of the mark, for lookups.
-func purgeEpochTx(tx *bolt.Tx, upstream int64) uint64 {
+func purgeEpochTx(tx kv.Tx, upstream int64) uint64 {
 	v := tx.Bucket(bktCachePurges).Get(itob(upstream))
 	if len(v) < 8 {
 		return 0
@@ -90,12 +90,12 @@ func purgeEpochTx(tx *bolt.Tx, upstream int64) uint64 {
 
 // purgedTx reports whether e, as stored, is covered by its upstream's purge
 // in progress: such an entry is absent for every reader.
-func purgedTx(tx *bolt.Tx, e *CacheEntry) bool {
+func purgedTx(tx kv.Tx, e *CacheEntry) bool {
 	return e.PurgeEpoch < purgeEpochTx(tx, e.UpstreamID)
 }
 
 // liveEntryTx reads the live entry at key into e.
-func liveEntryTx(tx *bolt.Tx, key []byte, e *CacheEntry) bool {
+func liveEntryTx(tx kv.Tx, key []byte, e *CacheEntry) bool {
 	return getJSON(tx.Bucket(bktCacheEntries), key, e) && !purgedTx(tx, e)
 }
 
@@ -104,7 +104,7 @@ func liveEntryTx(tx *bolt.Tx, key []byte, e *CacheEntry) bool {
 // count walks the upstream's keys without decoding a record (about 10 ms for
 // 100k entries), the only part of a purge's transaction that grows with the
 // cache.
-func markUpstreamPendingTx(tx *bolt.Tx, upstream int64, now time.Time) (int, error) {
+func markUpstreamPendingTx(tx kv.Tx, upstream int64, now time.Time) (int, error) {
 	prefix := itob(upstream)
 	var keys int64
 	c := tx.Bucket(bktCacheEntries).Cursor()
@@ -140,7 +140,7 @@ const purgeScanFactor = 4
 // collectPurgesTx destroys up to budget purged entries of the purges in
 // progress, visiting at most purgeScanFactor*budget keys, and drops each mark
 // whose walk reached the end of its upstream. It adds to out.
-func collectPurgesTx(tx *bolt.Tx, budget int, out *Collected) error {
+func collectPurgesTx(tx kv.Tx, budget int, out *Collected) error {
 	marks := tx.Bucket(bktCachePurges)
 	entries := tx.Bucket(bktCacheEntries)
 	visits := purgeScanFactor * budget
@@ -208,7 +208,7 @@ func collectPurgesTx(tx *bolt.Tx, budget int, out *Collected) error {
 
 // destroyEntryTx removes a purged entry and its reference to its blob, and
 // records the blob in out when that was the last reference.
-func destroyEntryTx(tx *bolt.Tx, key []byte, e CacheEntry, out *Collected) error {
+func destroyEntryTx(tx kv.Tx, key []byte, e CacheEntry, out *Collected) error {
 	if err := tx.Bucket(bktCacheByTime).Delete(cacheTimeKey(e.UpstreamID, e.CreatedAt, e.RelativePath)); err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func destroyEntryTx(tx *bolt.Tx, key []byte, e CacheEntry, out *Collected) error
 }
 
 // purgeRemainingTx is how many purged entries wait for the collector.
-func purgeRemainingTx(tx *bolt.Tx) int64 {
+func purgeRemainingTx(tx kv.Tx) int64 {
 	var n int64
 	_ = tx.Bucket(bktCachePurges).ForEach(func(_, v []byte) error {
 		n += decodePurgeMark(v).Remaining

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
+	"registryd/store/kv/boltkv"
 )
 
 // purgeFixture is a registry with two upstreams: big, with n entries each
@@ -28,7 +29,7 @@ func newPurgeFixture(t *testing.T, n int) *purgeFixture {
 	t.Helper()
 	dir := t.TempDir()
 	c := newClock()
-	s, err := Open(dir, Options{SecretKey: testKey, Now: c.Now})
+	s, err := openAt(t, dir, Options{SecretKey: testKey, Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func purgeSHA(i int) string  { return fmt.Sprintf("%064x", i+1) }
 func refs(t *testing.T, s *Store, sha string) int64 {
 	t.Helper()
 	var n int64
-	noErr(t, s.db.View(func(tx *bolt.Tx) error {
+	noErr(t, s.db.View(func(tx kv.Tx) error {
 		if v := tx.Bucket(bktBlobRefs).Get([]byte(sha)); v != nil {
 			n = btoi(v)
 		}
@@ -163,7 +164,7 @@ func TestPurgeMarksThenCollectsInBatches(t *testing.T) {
 	if st := s.CacheStats(); st != (CacheStats{}) {
 		t.Fatalf("after collection: %+v", st)
 	}
-	noErr(t, s.db.View(func(tx *bolt.Tx) error {
+	noErr(t, s.db.View(func(tx kv.Tx) error {
 		for _, b := range [][]byte{bktCachePurges, bktCacheEntries, bktCacheByTime, bktBlobRefs} {
 			if k, _ := tx.Bucket(b).Cursor().First(); k != nil {
 				t.Errorf("bucket %s not empty after collection: %x", b, k)
@@ -178,6 +179,7 @@ func TestPurgeMarksThenCollectsInBatches(t *testing.T) {
 // is what a restart sees. Purged entries stay unserved there, and the
 // collector of the restarted store finishes the work.
 func TestPurgeCrashBetweenBatches(t *testing.T) {
+	boltOnly(t, "the crash is simulated by copying the bbolt file between two commits")
 	f := newPurgeFixture(t, 600)
 	s := f.s
 	ok(s.PurgeUpstreamCache(f.big))(t)
@@ -187,7 +189,7 @@ func TestPurgeCrashBetweenBatches(t *testing.T) {
 		done += c.Entries
 	}
 	crash := filepath.Join(t.TempDir(), "crash")
-	noErr(t, s.db.View(func(tx *bolt.Tx) error { return tx.CopyFile(filepath.Join(mkdir(t, crash), "registry.db"), 0o600) }))
+	noErr(t, s.db.(*boltkv.DB).CopyFile(filepath.Join(mkdir(t, crash), "registry.db")))
 
 	r, err := Open(crash, Options{SecretKey: testKey, Now: f.clock.Now})
 	if err != nil {
@@ -395,7 +397,7 @@ func TestPurgePublishCollectConcurrently(t *testing.T) {
 	check := func() {
 		t.Helper()
 		counts := map[string]int64{}
-		noErr(t, e.s.db.View(func(tx *bolt.Tx) error {
+		noErr(t, e.s.db.View(func(tx kv.Tx) error {
 			return tx.Bucket(bktCacheEntries).ForEach(func(k, v []byte) error {
 				var ce CacheEntry
 				getJSON(tx.Bucket(bktCacheEntries), k, &ce)

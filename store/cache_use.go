@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Eviction under a disk budget (proxy/evict.go) removes the entries used
@@ -43,7 +43,7 @@ func (s *Store) UseIndexReady() bool {
 		return true
 	}
 	ready := false
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx kv.Tx) error {
 		ready = tx.Bucket(bktMeta).Get(metaUseBuilt) != nil
 		return nil
 	})
@@ -63,7 +63,7 @@ func (s *Store) BuildUseIndex(batch int) (done bool, err error) {
 	if batch <= 0 {
 		batch = useBuildBatch
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx kv.Tx) error {
 		meta := tx.Bucket(bktMeta)
 		if meta.Get(metaUseBuilt) != nil {
 			done = true
@@ -84,7 +84,7 @@ func (s *Store) BuildUseIndex(batch int) (done bool, err error) {
 		// it (this is another bucket, but meta is written too).
 		use := tx.Bucket(bktCacheByUse)
 		for _, uk := range keys {
-			if err := use.Put(uk, nil); err != nil {
+			if err := use.Put(uk, emptyValue); err != nil {
 				return err
 			}
 		}
@@ -133,7 +133,7 @@ const evictScanFactor = 4
 // descriptor). It needs the complete index (UseIndexReady).
 func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 	var out Evicted
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		out = Evicted{}
 		use := tx.Bucket(bktCacheByUse)
 		entries := tx.Bucket(bktCacheEntries)

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // useKeys lists cache_by_use as "upstream:path" in order.
 func useKeys(t *testing.T, s *Store) []string {
 	t.Helper()
 	var out []string
-	noErr(t, s.db.View(func(tx *bolt.Tx) error {
+	noErr(t, s.db.View(func(tx kv.Tx) error {
 		return tx.Bucket(bktCacheByUse).ForEach(func(k, _ []byte) error {
 			out = append(out, fmt.Sprintf("%d:%s", binary.BigEndian.Uint64(k[8:16]), k[16:]))
 			return nil
@@ -29,7 +29,7 @@ func useKeys(t *testing.T, s *Store) []string {
 func wantUseIndex(t *testing.T, s *Store) {
 	t.Helper()
 	var want, got [][]byte
-	noErr(t, s.db.View(func(tx *bolt.Tx) error {
+	noErr(t, s.db.View(func(tx kv.Tx) error {
 		if err := tx.Bucket(bktCacheEntries).ForEach(func(k, v []byte) error {
 			var e CacheEntry
 			getJSONRaw(k, v, &e)
@@ -96,12 +96,17 @@ func TestBuildUseIndex(t *testing.T) {
 	f := newPurgeFixture(t, 9)
 	s := f.s
 	// As schema 4 left it: entries, no index.
-	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bktCacheByUse); err != nil {
-			return err
+	noErr(t, s.db.Update(func(tx kv.Tx) error {
+		use := tx.Bucket(bktCacheByUse)
+		var keys [][]byte
+		c := use.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
 		}
-		if _, err := tx.CreateBucket(bktCacheByUse); err != nil {
-			return err
+		for _, k := range keys {
+			if err := use.Delete(k); err != nil {
+				return err
+			}
 		}
 		return tx.Bucket(bktMeta).Delete(metaUseBuilt)
 	}))
@@ -120,7 +125,7 @@ func TestBuildUseIndex(t *testing.T) {
 	noErr(t, s.DeleteCacheEntry(f.big, purgePath(7)))
 	// A restart between two batches.
 	noErr(t, s.Close())
-	s2, err := Open(f.dir, Options{SecretKey: testKey, Now: f.clock.Now})
+	s2, err := openAt(t, f.dir, Options{SecretKey: testKey, Now: f.clock.Now})
 	noErr(t, err)
 	t.Cleanup(func() { s2.Close() })
 	batches := 0
@@ -159,10 +164,10 @@ func TestEvictLeastUsed(t *testing.T) {
 	ok(s.PutCacheEntry(CacheEntry{UpstreamID: f.other, RelativePath: "/shared.jar", Size: 100, SHA256: purgeSHA(1)}))(t)
 
 	// A key no entry has (left by a writer that forgot it) is dropped.
-	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
+	noErr(t, s.db.Update(func(tx kv.Tx) error {
 		k := make([]byte, 16, 32)
 		binary.BigEndian.PutUint64(k[8:], uint64(f.big))
-		return tx.Bucket(bktCacheByUse).Put(append(k, "/ghost.jar"...), nil)
+		return tx.Bucket(bktCacheByUse).Put(append(k, "/ghost.jar"...), emptyValue)
 	}))
 	gen := s.CacheGeneration()
 	// 150 bytes to free: lib1 frees nothing (its blob is shared), lib2

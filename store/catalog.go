@@ -3,7 +3,7 @@ package store
 import (
 	"encoding/json"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // CatalogRegistry names a registry for the metrics' info series.
@@ -29,7 +29,7 @@ type Catalog struct {
 // series of what no longer exists.
 func (s *Store) Catalog() (Catalog, error) {
 	var c Catalog
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if err := tx.Bucket(bktRegistries).ForEach(func(_, v []byte) error {
 			var r Registry
 			if err := json.Unmarshal(v, &r); err != nil {

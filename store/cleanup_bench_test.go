@@ -13,7 +13,7 @@ import (
 func cleanupBenchStore(b *testing.B, n int) (*Store, Group) {
 	b.Helper()
 	c := newClock()
-	s, err := Open(b.TempDir(), Options{SecretKey: testKey, Now: c.Now})
+	s, err := openAt(b, b.TempDir(), Options{SecretKey: testKey, Now: c.Now})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Cleanup policies, GitLab's VirtualRegistries::Cleanup::Policy: one per
@@ -152,13 +152,13 @@ func validCleanupPolicy(c CleanupPolicy) error {
 // Rails' n.days is in UTC.
 func cadenceDays(n int) time.Duration { return time.Duration(n) * 24 * time.Hour }
 
-func cleanupPolicyTx(tx *bolt.Tx, group int64) (CleanupPolicy, bool) {
+func cleanupPolicyTx(tx kv.Tx, group int64) (CleanupPolicy, bool) {
 	var c CleanupPolicy
 	ok := getJSON(tx.Bucket(bktCleanupPolicies), itob(group), &c)
 	return c, ok
 }
 
-func putCleanupPolicyTx(tx *bolt.Tx, c CleanupPolicy) error {
+func putCleanupPolicyTx(tx kv.Tx, c CleanupPolicy) error {
 	return putJSON(tx.Bucket(bktCleanupPolicies), itob(c.GroupID), c)
 }
 
@@ -171,7 +171,7 @@ func (s *Store) CreateCleanupPolicy(group int64, p CleanupPolicyPatch) (CleanupP
 		Status: CleanupScheduled, CreatedAt: now, UpdatedAt: now}
 	p.apply(&c)
 	c.NextRunAt = now.Add(cadenceDays(c.Cadence))
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		g, ok := groupTx(tx, group)
 		if !ok {
 			return notFound("Group")
@@ -205,7 +205,7 @@ func (s *Store) CreateCleanupPolicy(group int64, p CleanupPolicyPatch) (CleanupP
 // CleanupPolicy returns the group's policy.
 func (s *Store) CleanupPolicy(group int64) (CleanupPolicy, error) {
 	var c CleanupPolicy
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		if c, ok = cleanupPolicyTx(tx, group); !ok {
 			return notFound("Cleanup policy")
@@ -219,7 +219,7 @@ func (s *Store) CleanupPolicy(group int64) (CleanupPolicy, error) {
 // top-level group: a short list).
 func (s *Store) CleanupPolicies() ([]CleanupPolicy, error) {
 	var out []CleanupPolicy
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		return tx.Bucket(bktCleanupPolicies).ForEach(func(_, v []byte) error {
 			var c CleanupPolicy
 			if err := json.Unmarshal(v, &c); err != nil {
@@ -237,7 +237,7 @@ func (s *Store) CleanupPolicies() ([]CleanupPolicy, error) {
 // run in progress goes on with the settings it started with.
 func (s *Store) UpdateCleanupPolicy(group int64, p CleanupPolicyPatch) (CleanupPolicy, error) {
 	var c CleanupPolicy
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		var ok bool
 		if c, ok = cleanupPolicyTx(tx, group); !ok {
 			return notFound("Cleanup policy")
@@ -261,7 +261,7 @@ func (s *Store) UpdateCleanupPolicy(group int64, p CleanupPolicyPatch) (CleanupP
 // a policy updated after that time is not deleted (ErrPreconditionFailed). A
 // run in progress stops at its next batch; what it deleted stays deleted.
 func (s *Store) DeleteCleanupPolicy(group int64, unmodifiedSince *time.Time) error {
-	return s.update(false, false, func(tx *bolt.Tx) error {
+	return s.update(false, false, func(tx kv.Tx) error {
 		c, ok := cleanupPolicyTx(tx, group)
 		if !ok {
 			return notFound("Cleanup policy")

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // ErrCleanupRunning refuses to start a run of a policy that is running.
@@ -43,7 +43,7 @@ type CleanupStart struct {
 // ErrCleanupRunning, unless Resume.
 func (s *Store) StartCleanupRun(group int64, how CleanupStart) (CleanupPolicy, error) {
 	var c CleanupPolicy
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		var ok bool
 		if c, ok = cleanupPolicyTx(tx, group); !ok {
 			return notFound("Cleanup policy")
@@ -108,7 +108,7 @@ func (s *Store) CleanupRunBatch(group int64, limit int) (CleanupBatch, error) {
 	// Not s.update(…, cache=true): a batch that deleted nothing (the last
 	// one, or one over entries that are all kept) must not move the cache
 	// generation, which would make the proxy reload its views for nothing.
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx kv.Tx) error {
 		c, ok := cleanupPolicyTx(tx, group)
 		if !ok {
 			return notFound("Cleanup policy")
@@ -183,7 +183,7 @@ func (p *cleanupProbe) old(cutoff time.Time) bool {
 // returns up to limit of those older than cutoff, visiting at most visits
 // entries. next is the key to resume at, nil when the walk reached the end.
 // Entries of a purge in progress are already absent and are skipped.
-func cleanupWalkTx(tx *bolt.Tx, group int64, cutoff time.Time, from []byte, limit, visits int) (victims []cleanupVictim, next []byte, err error) {
+func cleanupWalkTx(tx kv.Tx, group int64, cutoff time.Time, from []byte, limit, visits int) (victims []cleanupVictim, next []byte, err error) {
 	entries := tx.Bucket(bktCacheEntries)
 	for _, up := range childIDs(tx.Bucket(bktGroupUpstreams), group) {
 		prefix := itob(up)
@@ -230,7 +230,7 @@ func cleanupWalkTx(tx *bolt.Tx, group int64, cutoff time.Time, from []byte, limi
 func (s *Store) FinishCleanupRun(group int64, failure string) (CleanupPolicy, CleanupRun, error) {
 	var c CleanupPolicy
 	var run CleanupRun
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		var ok bool
 		if c, ok = cleanupPolicyTx(tx, group); !ok {
 			return notFound("Cleanup policy")
@@ -281,7 +281,7 @@ type CleanupPreview struct {
 // writer).
 func (s *Store) CleanupCandidates(group int64, keepDays, offset, limit int) (CleanupPreview, error) {
 	out := CleanupPreview{Cutoff: s.clock().Add(-cadenceDays(keepDays))}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := groupTx(tx, group); !ok {
 			return notFound("Group")
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Dependency is one entry of a project's dependency list, in the order the
@@ -164,7 +164,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 	}
 	now := s.clock()
 	list := DependencyList{ProjectID: project, PackageManagers: map[string]int{}, UpdatedAt: now}
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		if tx.Bucket(bktProjects).Get(itob(project)) == nil {
 			return notFound("Project")
 		}
@@ -207,7 +207,8 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		}
 
 		// Positions run 1..n, so a page of the unfiltered list is one seek.
-		depsB.FillPercent, byPM.FillPercent = 0.95, 0.95
+		depsB.SetFillPercent(0.95)
+		byPM.SetFillPercent(0.95)
 		var mem arena
 		enc := newDepEncoder()
 		chunks := int64(0)
@@ -293,7 +294,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 // never had an SBOM has an empty one.
 func (s *Store) DependencyListOf(project int64) (DependencyList, error) {
 	list := storedDepList{DependencyList: DependencyList{ProjectID: project, PackageManagers: map[string]int{}}}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		getJSON(tx.Bucket(bktDepLists), itob(project), &list)
 		return nil
 	})
@@ -303,7 +304,7 @@ func (s *Store) DependencyListOf(project int64) (DependencyList, error) {
 // Vulnerability returns a vulnerability by id.
 func (s *Store) Vulnerability(id int64) (Vulnerability, error) {
 	var v Vulnerability
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if !getJSON(tx.Bucket(bktVulns), itob(id), &v) {
 			return notFound("Vulnerability")
 		}
@@ -319,7 +320,7 @@ func (s *Store) Vulnerability(id int64) (Vulnerability, error) {
 func (s *Store) Dependencies(project int64, managers []string, offset, limit int) ([]Dependency, int, error) {
 	var out []Dependency
 	total := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var list storedDepList
 		if !getJSON(tx.Bucket(bktDepLists), itob(project), &list) {
 			return nil

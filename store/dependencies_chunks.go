@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // How a project's list is stored (storedDepList.Layout).
@@ -118,7 +118,7 @@ func (a *arena) copy(b []byte) []byte {
 // decoding each chunk at most once per pass. The strings it returns are
 // copies: they outlive the transaction.
 type depChunkReader struct {
-	b       *bolt.Bucket
+	b       kv.Bucket
 	project int64
 	chunk   int64
 	raw     []byte // the rest of the current chunk

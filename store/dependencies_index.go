@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // depPMKey is project id + package manager + 0 + n (a position in
@@ -27,7 +27,7 @@ func depPMPrefix(project int64, pm string) []byte {
 // pmPositions walks the positions of one package manager in increasing
 // order; pos is 0 once they are all seen.
 type pmPositions struct {
-	c       *bolt.Cursor
+	c       kv.Cursor
 	prefix  []byte
 	chunked bool
 	rest    []byte // chunked: the positions of the current key not yet read
@@ -78,13 +78,13 @@ func vulnKey(project int64, external string) []byte {
 }
 
 // deletePrefix removes every key of b that starts with prefix.
-func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+func deletePrefix(b kv.Bucket, prefix []byte) error {
 	return deleteWhere(b, prefix, prefix, nil)
 }
 
 // deleteWhere removes the keys of b from seek on that start with prefix and
 // for which drop (nil: all) says so.
-func deleteWhere(b *bolt.Bucket, seek, prefix []byte, drop func(k []byte) bool) error {
+func deleteWhere(b kv.Bucket, seek, prefix []byte, drop func(k []byte) bool) error {
 	var keys [][]byte
 	c := b.Cursor()
 	for k, _ := c.Seek(seek); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {

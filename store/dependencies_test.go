@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // depProject is a project to hang dependency lists on.
@@ -209,9 +209,9 @@ func TestReplaceDependenciesRefusals(t *testing.T) {
 // depKeys counts the keys of a project in the dependency buckets.
 func depKeys(t *testing.T, s *Store, project int64) (deps, byPM int) {
 	t.Helper()
-	noErr(t, s.db.View(func(tx *bolt.Tx) error {
+	noErr(t, s.db.View(func(tx kv.Tx) error {
 		for _, n := range []struct {
-			b *bolt.Bucket
+			b kv.Bucket
 			c *int
 		}{{tx.Bucket(bktDependencies), &deps}, {tx.Bucket(bktDepsByPM), &byPM}} {
 			c := n.b.Cursor()
@@ -330,7 +330,7 @@ func TestDependenciesReadsJSONLayout(t *testing.T) {
 		{Name: "b", Version: "2", PackageManager: "go"},
 		{Name: "c", Version: "3", PackageManager: "npm"},
 	}
-	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
+	noErr(t, s.db.Update(func(tx kv.Tx) error {
 		for i, d := range old {
 			raw := fmt.Sprintf(`{"name":%q,"version":%q,"package_manager":%q`, d.Name, d.Version, d.PackageManager)
 			if i == 0 {
@@ -339,7 +339,7 @@ func TestDependenciesReadsJSONLayout(t *testing.T) {
 			if err := tx.Bucket(bktDependencies).Put(pair(pr.ID, int64(i+1)), []byte(raw+"}")); err != nil {
 				return err
 			}
-			if err := tx.Bucket(bktDepsByPM).Put(depPMKey(pr.ID, d.PackageManager, int64(i+1)), nil); err != nil {
+			if err := tx.Bucket(bktDepsByPM).Put(depPMKey(pr.ID, d.PackageManager, int64(i+1)), emptyValue); err != nil {
 				return err
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // DeployToken is a group deploy token: good for downloads from the group's
@@ -59,7 +59,7 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 	t := DeployToken{GroupID: n.GroupID, Name: n.Name, Username: n.Username,
 		Scopes: slices.Compact(slices.Sorted(slices.Values(n.Scopes))), Hash: HashToken(n.Plain),
 		ExpiresAt: n.ExpiresAt, CreatedAt: s.clock()}
-	err := s.update(true, false, func(tx *bolt.Tx) error {
+	err := s.update(true, false, func(tx kv.Tx) error {
 		if _, ok := groupTx(tx, n.GroupID); !ok {
 			return notFound("Group")
 		}
@@ -79,7 +79,7 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 		if err := putJSON(b, itob(id), t); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bktDeployByGroup).Put(pair(t.GroupID, id), nil); err != nil {
+		if err := tx.Bucket(bktDeployByGroup).Put(pair(t.GroupID, id), emptyValue); err != nil {
 			return err
 		}
 		return byHash.Put(t.Hash, itob(id))
@@ -91,7 +91,7 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 // check whether the token is active.
 func (s *Store) DeployTokenByHash(hash []byte) (DeployToken, error) {
 	var t DeployToken
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		id := tx.Bucket(bktDeployByHash).Get(hash)
 		if id == nil || !getJSON(tx.Bucket(bktDeployTokens), id, &t) {
 			return notFound("Deploy Token")

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Event is one activity record: registryd's own (a project created, a member
@@ -114,18 +114,18 @@ func countKeyAuthor(author, project int64, act byte) []byte {
 // eventWriter appends events in one transaction and adds their counts once
 // at the end, so that a large import touches each counter once.
 type eventWriter struct {
-	events, byProject, byAuthor, byProjectAct, byAuthorAct, counts *bolt.Bucket
+	events, byProject, byAuthor, byProjectAct, byAuthorAct, counts kv.Bucket
 	delta                                                          map[string]uint64
 }
 
-func newEventWriter(tx *bolt.Tx) *eventWriter {
+func newEventWriter(tx kv.Tx) *eventWriter {
 	w := &eventWriter{
 		events: tx.Bucket(bktEvents), byProject: tx.Bucket(bktEventsByProject), byAuthor: tx.Bucket(bktEventsByAuthor),
 		byProjectAct: tx.Bucket(bktEventsByProjectAct), byAuthorAct: tx.Bucket(bktEventsByAuthorAct),
 		counts: tx.Bucket(bktEventCounts), delta: map[string]uint64{},
 	}
 	// Event ids only grow, so pages may be filled up instead of split in half.
-	w.events.FillPercent = 0.95
+	w.events.SetFillPercent(0.95)
 	return w
 }
 
@@ -147,7 +147,7 @@ func (w *eventWriter) add(e *Event) error {
 		return err
 	}
 	puts := []struct {
-		b *bolt.Bucket
+		b kv.Bucket
 		k []byte
 	}{
 		{w.byProject, scopedKey(e.ProjectID, 0, false, id)},
@@ -182,7 +182,7 @@ func (w *eventWriter) flush() error {
 
 // recordEventTx writes one event registryd records about itself, inside the
 // transaction of the change it describes.
-func recordEventTx(tx *bolt.Tx, e Event) error {
+func recordEventTx(tx kv.Tx, e Event) error {
 	w := newEventWriter(tx)
 	if err := w.add(&e); err != nil {
 		return err
@@ -217,7 +217,7 @@ func (s *Store) ImportEvents(evs []Event) (ImportResult, error) {
 	}
 	now := s.clock()
 	var res ImportResult
-	err := s.update(false, false, func(tx *bolt.Tx) error {
+	err := s.update(false, false, func(tx kv.Tx) error {
 		projects, users := map[int64]bool{}, map[int64]bool{}
 		for i := range evs {
 			e := &evs[i]
@@ -290,7 +290,7 @@ func checkEventCodes(e *Event, prefix string, v *ValidationError) {
 // Event returns one event by id.
 func (s *Store) Event(id int64) (Event, error) {
 	var e Event
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		v := tx.Bucket(bktEvents).Get(itob(id))
 		if v == nil {
 			return notFound("Event")

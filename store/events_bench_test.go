@@ -21,7 +21,7 @@ func BenchmarkEventsPage(b *testing.B) {
 		authors  = 500
 		batch    = 20_000
 	)
-	s, err := Open(b.TempDir(), Options{SecretKey: make([]byte, 32)})
+	s, err := openAt(b, b.TempDir(), Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		b.Fatal(err)
 	}

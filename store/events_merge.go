@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"container/heap"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // evCursor walks one key range (all keys with prefix) of an event bucket in
 // id order; the event id is the last 8 bytes of each key and the header
 // leads each value.
 type evCursor struct {
-	c      *bolt.Cursor
+	c      kv.Cursor
 	prefix []byte
 	desc   bool
 	k, v   []byte

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // EventQuery selects one page of events. Exactly one scope applies, checked
@@ -45,7 +45,7 @@ type EventQuery struct {
 func (s *Store) EventsPage(q EventQuery) ([]Event, int, error) {
 	var out []Event
 	total := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		act := byte(0)
 		if q.Action != "" {
 			if act = actionCode(q.Action); act == 0 {
@@ -123,7 +123,7 @@ func (s *Store) EventsPage(q EventQuery) ([]Event, int, error) {
 
 // sources are the index ranges that hold the query's events; actByIndex
 // says whether they hold only events of the action already.
-func (q EventQuery) sources(tx *bolt.Tx, act byte) (srcs []*evCursor, actByIndex bool) {
+func (q EventQuery) sources(tx kv.Tx, act byte) (srcs []*evCursor, actByIndex bool) {
 	scoped := func(plain, byAct []byte, scope int64) *evCursor {
 		if act != 0 {
 			p := make([]byte, 9)
@@ -150,7 +150,7 @@ func (q EventQuery) sources(tx *bolt.Tx, act byte) (srcs []*evCursor, actByIndex
 }
 
 // countTx is the query's total from the counters (no target or date filter).
-func (q EventQuery) countTx(tx *bolt.Tx, act byte) int {
+func (q EventQuery) countTx(tx kv.Tx, act byte) int {
 	b := tx.Bucket(bktEventCounts)
 	sum := func(prefix []byte, keep func(k []byte) bool) int {
 		n := 0
@@ -186,7 +186,7 @@ func (q EventQuery) countTx(tx *bolt.Tx, act byte) int {
 // author is 0, else those where author has events.
 func (s *Store) EventProjectIDs(author int64) ([]int64, error) {
 	var out []int64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		c := tx.Bucket(bktEventCounts).Cursor()
 		prefix, at := []byte{'p'}, 1
 		if author != 0 {

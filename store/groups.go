@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Visibility levels of groups and projects.
@@ -89,7 +89,7 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 	}
 	g := Group{ParentID: n.ParentID, Name: n.Name, Path: n.Path, FullPath: n.Path, FullName: n.Name,
 		Description: n.Description, Visibility: n.Visibility, CreatedAt: s.clock()}
-	err := s.update(true, false, func(tx *bolt.Tx) error {
+	err := s.update(true, false, func(tx kv.Tx) error {
 		if n.ParentID != 0 {
 			parent, ok := groupTx(tx, n.ParentID)
 			if !ok {
@@ -118,7 +118,7 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 			return err
 		}
 		if g.ParentID != 0 {
-			if err := tx.Bucket(bktGroupChildren).Put(pair(g.ParentID, id), nil); err != nil {
+			if err := tx.Bucket(bktGroupChildren).Put(pair(g.ParentID, id), emptyValue); err != nil {
 				return err
 			}
 		}
@@ -136,18 +136,18 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 
 // pathTaken reports whether a group or a project already has the full path:
 // both live in one namespace of URLs.
-func pathTaken(tx *bolt.Tx, fullPath string) bool {
+func pathTaken(tx kv.Tx, fullPath string) bool {
 	return tx.Bucket(bktGroupsByPath).Get(lower(fullPath)) != nil || tx.Bucket(bktProjectsPath).Get(lower(fullPath)) != nil
 }
 
-func groupTx(tx *bolt.Tx, id int64) (Group, bool) {
+func groupTx(tx kv.Tx, id int64) (Group, bool) {
 	var g Group
 	ok := getJSON(tx.Bucket(bktGroups), itob(id), &g)
 	return g, ok
 }
 
 // refID resolves "42" or a (case-insensitive) full path through byPath.
-func refID(tx *bolt.Tx, byPath []byte, ref string) int64 {
+func refID(tx kv.Tx, byPath []byte, ref string) int64 {
 	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
 		return id
 	}
@@ -164,7 +164,7 @@ func (s *Store) Group(id int64) (Group, error) { return s.GroupByRef(strconv.For
 // capped by its ancestors' (see visibility.go).
 func (s *Store) GroupByRef(ref string) (Group, error) {
 	var g Group
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		if g, ok = groupTx(tx, refID(tx, bktGroupsByPath, ref)); !ok {
 			return notFound("Group")
@@ -176,7 +176,7 @@ func (s *Store) GroupByRef(ref string) (Group, error) {
 }
 
 // ancestorsTx returns the group and its ancestors, the group first.
-func ancestorsTx(tx *bolt.Tx, id int64) []Group {
+func ancestorsTx(tx kv.Tx, id int64) []Group {
 	var chain []Group
 	for id != 0 && len(chain) < 32 {
 		g, ok := groupTx(tx, id)
@@ -192,7 +192,7 @@ func ancestorsTx(tx *bolt.Tx, id int64) []Group {
 // TopLevelGroup returns the root of the group's hierarchy.
 func (s *Store) TopLevelGroup(id int64) (Group, error) {
 	var g Group
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		chain := ancestorsTx(tx, id)
 		if len(chain) == 0 {
 			return notFound("Group")

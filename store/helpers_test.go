@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // testKey seals passwords in tests; otherKey is a different installation's key.
@@ -41,11 +41,48 @@ func (c *testClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// testEngine, when set, is the kv engine the store tests run on; nil runs
+// them on bbolt (Open's default, DIR/registry.db). A file of the test
+// binary that selects another engine (from an environment variable) sets it
+// in an init function. Contract:
+//
+//   - testEngine(t, dir) returns a newly opened kv.DB for the data directory
+//     dir. The store it is passed to owns it: Store.Close (or a failed
+//     Open) closes it.
+//   - Called again with the same dir, it returns a new engine on the same
+//     data: a test that closes its store and opens dir again (a restart, or
+//     another key on the same database) must find what it wrote. A dir it
+//     has not seen means a new, empty database.
+//   - It may be called while an earlier engine for dir is still open.
+//   - What outlives the engines (a database, a server) is cleaned up by the
+//     hook itself with t.Cleanup.
+//
+// Tests that only make sense on bbolt (file copies, flock) call boltOnly.
+var testEngine func(t testing.TB, dir string) kv.DB
+
+// openAt opens the store of data dir dir with o, on testEngine when set:
+// every test that opens a store goes through it.
+func openAt(t testing.TB, dir string, o Options) (*Store, error) {
+	t.Helper()
+	if testEngine != nil && o.Engine == nil {
+		o.Engine = testEngine(t, dir)
+	}
+	return Open(dir, o)
+}
+
+// boltOnly skips t when the tests run on another engine, saying why.
+func boltOnly(t testing.TB, why string) {
+	t.Helper()
+	if testEngine != nil {
+		t.Skip("bbolt only: " + why)
+	}
+}
+
 // openTest opens a fresh store in a temp dir with the test key and clock.
 func openTest(t *testing.T) (*Store, *testClock) {
 	t.Helper()
 	c := newClock()
-	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: c.Now})
+	s, err := openAt(t, t.TempDir(), Options{SecretKey: testKey, Now: c.Now})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -126,8 +163,8 @@ func wantValidation(t testing.TB, err error, field, msg string) {
 func snapshot(t testing.TB, s *Store) string {
 	t.Helper()
 	var lines []string
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+	err := s.db.View(func(tx kv.Tx) error {
+		return tx.ForEach(func(name []byte, b kv.Bucket) error {
 			lines = append(lines, fmt.Sprintf("%s seq=%d", name, b.Sequence()))
 			return b.ForEach(func(k, v []byte) error {
 				lines = append(lines, fmt.Sprintf("%s %s=%s", name, hex.EncodeToString(k), hex.EncodeToString(v)))
@@ -152,8 +189,8 @@ func snapshot(t testing.TB, s *Store) string {
 func rawContains(t testing.TB, s *Store, needle []byte) bool {
 	t.Helper()
 	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+	err := s.db.View(func(tx kv.Tx) error {
+		return tx.ForEach(func(_ []byte, b kv.Bucket) error {
 			return b.ForEach(func(k, v []byte) error {
 				if bytes.Contains(k, needle) || bytes.Contains(v, needle) {
 					found = true

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Reads for the GitLab list endpoints (GET /groups, /projects, member lists,
@@ -20,7 +20,7 @@ func (s *Store) Now() time.Time { return s.clock() }
 // ancestors' (see visibility.go).
 func (s *Store) Groups() ([]Group, error) {
 	var out []Group
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var err error
 		out, err = groupsTx(tx)
 		if err != nil {
@@ -36,7 +36,7 @@ func (s *Store) Groups() ([]Group, error) {
 }
 
 // groupsTx decodes every group, by id, as stored.
-func groupsTx(tx *bolt.Tx) ([]Group, error) {
+func groupsTx(tx kv.Tx) ([]Group, error) {
 	var out []Group
 	b := tx.Bucket(bktGroups)
 	err := b.ForEach(func(k, _ []byte) error {
@@ -60,7 +60,7 @@ func groupMap(gs []Group) map[int64]Group {
 // namespace's and their ancestors' (see visibility.go).
 func (s *Store) Projects() ([]Project, error) {
 	var out []Project
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		groups, err := groupsTx(tx)
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ type Access struct {
 func (s *Store) UserAccess(user int64) (Access, error) {
 	a := Access{groups: map[int64]int{}, projects: map[int64]int{}, parent: map[int64]int64{}, below: map[int64]bool{}}
 	now := s.clock()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		// The tree comes from the children index: keys only, no record
 		// decoded.
 		c := tx.Bucket(bktGroupChildren).Cursor()
@@ -178,7 +178,7 @@ func (s *Store) ProjectMembers(project int64) ([]Member, error) {
 func (s *Store) members(k memberKind, source int64) ([]Member, error) {
 	var out []Member
 	now := s.clock()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if tx.Bucket(k.sources).Get(itob(source)) == nil {
 			return notFound(k.resource)
 		}
@@ -195,7 +195,7 @@ func (s *Store) members(k memberKind, source int64) ([]Member, error) {
 func (s *Store) AllGroupMembers(group int64) ([]Member, error) {
 	var out []Member
 	now := s.clock()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		chain := ancestorsTx(tx, group)
 		if len(chain) == 0 {
 			return notFound("Group")
@@ -212,7 +212,7 @@ func (s *Store) AllGroupMembers(group int64) ([]Member, error) {
 func (s *Store) AllProjectMembers(project int64) ([]Member, error) {
 	var out []Member
 	now := s.clock()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		p, ok := projectTx(tx, project)
 		if !ok {
 			return notFound("Project")
@@ -225,7 +225,7 @@ func (s *Store) AllProjectMembers(project int64) ([]Member, error) {
 
 // inheritedTx merges direct members (nearest first) with those of the
 // groups of chain (nearest first), keeping each user's highest membership.
-func inheritedTx(tx *bolt.Tx, direct []Member, chain []Group, now time.Time) []Member {
+func inheritedTx(tx kv.Tx, direct []Member, chain []Group, now time.Time) []Member {
 	best := map[int64]Member{}
 	take := func(ms []Member) {
 		for _, m := range ms {
@@ -247,7 +247,7 @@ func inheritedTx(tx *bolt.Tx, direct []Member, chain []Group, now time.Time) []M
 }
 
 // activeMembersTx lists the unexpired direct members of one source.
-func activeMembersTx(tx *bolt.Tx, bucket []byte, source int64, now time.Time) []Member {
+func activeMembersTx(tx kv.Tx, bucket []byte, source int64, now time.Time) []Member {
 	var out []Member
 	b := tx.Bucket(bucket)
 	prefix := itob(source)
@@ -274,7 +274,7 @@ func sortMembers(ms []Member) {
 // when user is 0.
 func (s *Store) Tokens(user int64) ([]Token, error) {
 	var out []Token
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bktTokens)
 		if user == 0 {
 			return b.ForEach(func(k, _ []byte) error {

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Access levels, as GitLab numbers them.
@@ -46,7 +46,7 @@ var (
 	projectMembers = memberKind{bktProjectMembers, bktUserProjects, bktProjects, "Project"}
 )
 
-func addMemberTx(tx *bolt.Tx, k memberKind, source int64, m Member) (Member, error) {
+func addMemberTx(tx kv.Tx, k memberKind, source int64, m Member) (Member, error) {
 	m.SourceID = source
 	b := tx.Bucket(k.members)
 	if b.Get(pair(source, m.UserID)) != nil {
@@ -55,15 +55,15 @@ func addMemberTx(tx *bolt.Tx, k memberKind, source int64, m Member) (Member, err
 	if err := putJSON(b, pair(source, m.UserID), m); err != nil {
 		return m, err
 	}
-	return m, tx.Bucket(k.byUser).Put(pair(m.UserID, source), nil)
+	return m, tx.Bucket(k.byUser).Put(pair(m.UserID, source), emptyValue)
 }
 
-func (s *Store) addMember(k memberKind, source, user int64, level int, expires *time.Time, after func(tx *bolt.Tx, m Member) error) (Member, error) {
+func (s *Store) addMember(k memberKind, source, user int64, level int, expires *time.Time, after func(tx kv.Tx, m Member) error) (Member, error) {
 	if !ValidAccessLevel(level) {
 		return Member{}, invalid("access_level", "is not included in the list")
 	}
 	m := Member{UserID: user, AccessLevel: level, ExpiresAt: expires, CreatedAt: s.clock()}
-	err := s.update(true, false, func(tx *bolt.Tx) error {
+	err := s.update(true, false, func(tx kv.Tx) error {
 		if tx.Bucket(k.sources).Get(itob(source)) == nil {
 			return notFound(k.resource)
 		}
@@ -82,8 +82,8 @@ func (s *Store) addMember(k memberKind, source, user int64, level int, expires *
 	return m, err
 }
 
-func (s *Store) removeMember(k memberKind, source, user int64, after func(tx *bolt.Tx, m Member) error) error {
-	return s.update(true, false, func(tx *bolt.Tx) error {
+func (s *Store) removeMember(k memberKind, source, user int64, after func(tx kv.Tx, m Member) error) error {
+	return s.update(true, false, func(tx kv.Tx) error {
 		if tx.Bucket(k.sources).Get(itob(source)) == nil {
 			return notFound(k.resource)
 		}
@@ -115,7 +115,7 @@ func (s *Store) RemoveGroupMember(group, user int64) error {
 	return s.removeMember(groupMembers, group, user, nil)
 }
 
-func memberLevel(tx *bolt.Tx, bucket []byte, source, user int64, now time.Time) int {
+func memberLevel(tx kv.Tx, bucket []byte, source, user int64, now time.Time) int {
 	var m Member
 	if !getJSON(tx.Bucket(bucket), pair(source, user), &m) || expired(m.ExpiresAt, now) {
 		return NoAccess
@@ -125,7 +125,7 @@ func memberLevel(tx *bolt.Tx, bucket []byte, source, user int64, now time.Time) 
 
 // groupLevelTx is the user's effective level in a group: the highest of its
 // direct memberships of the group and of every ancestor.
-func groupLevelTx(tx *bolt.Tx, group, user int64, now time.Time) int {
+func groupLevelTx(tx kv.Tx, group, user int64, now time.Time) int {
 	best := NoAccess
 	for _, g := range ancestorsTx(tx, group) {
 		best = max(best, memberLevel(tx, bktGroupMembers, g.ID, user, now))
@@ -138,7 +138,7 @@ func groupLevelTx(tx *bolt.Tx, group, user int64, now time.Time) int {
 func (s *Store) GroupAccessLevel(group, user int64) int {
 	lvl := NoAccess
 	now := s.clock()
-	_ = s.db.View(func(tx *bolt.Tx) error { lvl = groupLevelTx(tx, group, user, now); return nil })
+	_ = s.db.View(func(tx kv.Tx) error { lvl = groupLevelTx(tx, group, user, now); return nil })
 	return lvl
 }
 
@@ -147,7 +147,7 @@ func (s *Store) GroupAccessLevel(group, user int64) int {
 func (s *Store) ProjectAccessLevel(project, user int64) int {
 	lvl := NoAccess
 	now := s.clock()
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx kv.Tx) error {
 		p, ok := projectTx(tx, project)
 		if !ok {
 			return nil
@@ -165,7 +165,7 @@ func (s *Store) ProjectAccessLevel(project, user int64) int {
 func (s *Store) HasMembershipUnder(top, user int64) bool {
 	found := false
 	now := s.clock()
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx kv.Tx) error {
 		for _, gid := range childIDs(tx.Bucket(bktUserGroups), user) {
 			if inChain(ancestorsTx(tx, gid), top) && memberLevel(tx, bktGroupMembers, gid, user, now) > NoAccess {
 				found = true

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Project is a project in a group namespace.
@@ -56,7 +56,7 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 	}
 	p := Project{NamespaceID: n.NamespaceID, Name: n.Name, Path: n.Path, Description: n.Description,
 		Visibility: n.Visibility, CreatorID: n.CreatorID, CreatedAt: s.clock()}
-	err := s.update(true, false, func(tx *bolt.Tx) error {
+	err := s.update(true, false, func(tx kv.Tx) error {
 		ns, ok := groupTx(tx, n.NamespaceID)
 		if !ok {
 			return notFound("Namespace")
@@ -79,7 +79,7 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 		if err := putJSON(b, itob(id), p); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bktGroupProjects).Put(pair(p.NamespaceID, id), nil); err != nil {
+		if err := tx.Bucket(bktGroupProjects).Put(pair(p.NamespaceID, id), emptyValue); err != nil {
 			return err
 		}
 		if err := byPath.Put(lower(p.FullPath), itob(id)); err != nil {
@@ -95,7 +95,7 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 	return p, err
 }
 
-func projectTx(tx *bolt.Tx, id int64) (Project, bool) {
+func projectTx(tx kv.Tx, id int64) (Project, bool) {
 	var p Project
 	ok := getJSON(tx.Bucket(bktProjects), itob(id), &p)
 	return p, ok
@@ -110,7 +110,7 @@ func (s *Store) Project(id int64) (Project, error) {
 // capped by its namespace's and their ancestors' (see visibility.go).
 func (s *Store) ProjectByRef(ref string) (Project, error) {
 	var p Project
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		if p, ok = projectTx(tx, refID(tx, bktProjectsPath, ref)); !ok {
 			return notFound("Project")
@@ -125,7 +125,7 @@ func (s *Store) ProjectByRef(ref string) (Project, error) {
 // who did it. A joined event is recorded in the same transaction; its author
 // is the new member, as in GitLab, whoever added them.
 func (s *Store) AddProjectMember(project, user int64, level int, expires *time.Time, actor int64) (Member, error) {
-	return s.addMember(projectMembers, project, user, level, expires, func(tx *bolt.Tx, m Member) error {
+	return s.addMember(projectMembers, project, user, level, expires, func(tx kv.Tx, m Member) error {
 		return recordEventTx(tx, Event{ProjectID: project, AuthorID: m.UserID, Action: ActionJoined, CreatedAt: m.CreatedAt})
 	})
 }
@@ -135,7 +135,7 @@ func (s *Store) AddProjectMember(project, user int64, level int, expires *time.T
 // member who left, as in GitLab, whoever removed them.
 func (s *Store) RemoveProjectMember(project, user, actor int64) error {
 	now := s.clock()
-	return s.removeMember(projectMembers, project, user, func(tx *bolt.Tx, m Member) error {
+	return s.removeMember(projectMembers, project, user, func(tx kv.Tx, m Member) error {
 		return recordEventTx(tx, Event{ProjectID: project, AuthorID: m.UserID, Action: ActionLeft, CreatedAt: now})
 	})
 }

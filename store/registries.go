@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Limits of the virtual registry model.
@@ -48,7 +48,7 @@ func validRegistry(name, description string) error {
 	return v.Err()
 }
 
-func registryTx(tx *bolt.Tx, id int64) (Registry, bool) {
+func registryTx(tx kv.Tx, id int64) (Registry, bool) {
 	var r Registry
 	ok := getJSON(tx.Bucket(bktRegistries), itob(id), &r)
 	return r, ok
@@ -68,7 +68,7 @@ func (s *Store) CreateRegistryFrom(group int64, n NewRegistry) (Registry, error)
 	now := s.clock()
 	r := Registry{GroupID: group, Name: name, Description: n.Description, CreatedAt: now, UpdatedAt: now,
 		MetadataMergeOff: n.MergeMetadata != nil && !*n.MergeMetadata}
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		g, ok := groupTx(tx, group)
 		if !ok {
 			return notFound("Group")
@@ -106,12 +106,12 @@ func (s *Store) CreateRegistryFrom(group int64, n NewRegistry) (Registry, error)
 		if err := putJSON(b, itob(id), r); err != nil {
 			return err
 		}
-		return tx.Bucket(bktGroupRegs).Put(pair(group, id), nil)
+		return tx.Bucket(bktGroupRegs).Put(pair(group, id), emptyValue)
 	})
 	return r, err
 }
 
-func registriesOfTx(tx *bolt.Tx, group int64) []Registry {
+func registriesOfTx(tx kv.Tx, group int64) []Registry {
 	var out []Registry
 	for _, id := range childIDs(tx.Bucket(bktGroupRegs), group) {
 		if r, ok := registryTx(tx, id); ok {
@@ -124,7 +124,7 @@ func registriesOfTx(tx *bolt.Tx, group int64) []Registry {
 // GroupRegistries lists a group's registries by id.
 func (s *Store) GroupRegistries(group int64) ([]Registry, error) {
 	var out []Registry
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := groupTx(tx, group); !ok {
 			return notFound("Group")
 		}
@@ -137,7 +137,7 @@ func (s *Store) GroupRegistries(group int64) ([]Registry, error) {
 // Registry returns a registry by id.
 func (s *Store) Registry(id int64) (Registry, error) {
 	var r Registry
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		if r, ok = registryTx(tx, id); !ok {
 			return notFound("Registry")
@@ -158,7 +158,7 @@ func (s *Store) UpdateRegistry(id int64, p RegistryPatch) (Registry, error) {
 	var r Registry
 	// The merge switch changes how the registry resolves: the proxy's views
 	// of it (keyed by CacheGeneration) must reload.
-	err := s.update(false, p.MergeMetadata != nil, func(tx *bolt.Tx) error {
+	err := s.update(false, p.MergeMetadata != nil, func(tx kv.Tx) error {
 		var ok bool
 		if r, ok = registryTx(tx, id); !ok {
 			return notFound("Registry")
@@ -196,7 +196,7 @@ var ErrPreconditionFailed = &ConflictError{Reason: "precondition failed"}
 // belonged to it alone (with their cache entries, marked for destruction).
 // With unmodifiedSince set, a registry updated after that time is not deleted.
 func (s *Store) DeleteRegistry(id int64, unmodifiedSince *time.Time) error {
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		r, ok := registryTx(tx, id)
 		if !ok {
 			return notFound("Registry")
@@ -225,7 +225,7 @@ func (s *Store) DeleteRegistry(id int64, unmodifiedSince *time.Time) error {
 // no other registry.
 func (s *Store) ExclusiveUpstreams(registry int64) ([]int64, error) {
 	var out []int64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := registryTx(tx, registry); !ok {
 			return notFound("Registry")
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 func TestCreateRegistry(t *testing.T) {
@@ -716,7 +716,7 @@ func TestRegistryMergeMetadata(t *testing.T) {
 	}
 
 	// A record written before the switch existed reads as merging.
-	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
+	noErr(t, s.db.Update(func(tx kv.Tx) error {
 		return tx.Bucket(bktRegistries).Put(itob(r2.ID), []byte(fmt.Sprintf(
 			`{"id":%d,"group_id":%d,"name":"old","description":"","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`,
 			r2.ID, g.ID)))

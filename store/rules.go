@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // MaxRulesPerUpstream is GitLab's MAX_RULES_PER_UPSTREAM.
@@ -54,7 +54,7 @@ func ruleKey(upstream, id int64) []byte { return pair(upstream, id) }
 
 // upstreamRulesTx lists an upstream's rules in id order: one cursor walk over
 // its key range.
-func upstreamRulesTx(tx *bolt.Tx, upstream int64) []UpstreamRule {
+func upstreamRulesTx(tx kv.Tx, upstream int64) []UpstreamRule {
 	var out []UpstreamRule
 	prefix := itob(upstream)
 	c := tx.Bucket(bktUpstreamRules).Cursor()
@@ -70,7 +70,7 @@ func upstreamRulesTx(tx *bolt.Tx, upstream int64) []UpstreamRule {
 	return out
 }
 
-func upstreamRuleTx(tx *bolt.Tx, id int64) (UpstreamRule, bool) {
+func upstreamRuleTx(tx kv.Tx, id int64) (UpstreamRule, bool) {
 	var r UpstreamRule
 	up := tx.Bucket(bktRuleUpstream).Get(itob(id))
 	if up == nil {
@@ -90,14 +90,14 @@ func duplicateRule(list []UpstreamRule, r UpstreamRule) bool {
 	return false
 }
 
-func putRuleTx(tx *bolt.Tx, r UpstreamRule) error {
+func putRuleTx(tx kv.Tx, r UpstreamRule) error {
 	return putJSON(tx.Bucket(bktUpstreamRules), ruleKey(r.UpstreamID, r.ID), r)
 }
 
 // UpstreamRules lists an upstream's rules in id order.
 func (s *Store) UpstreamRules(upstreamID int64) ([]UpstreamRule, error) {
 	var out []UpstreamRule
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstreamID)) == nil {
 			return notFound("Upstream")
 		}
@@ -112,7 +112,7 @@ func (s *Store) UpstreamRules(upstreamID int64) ([]UpstreamRule, error) {
 // transaction so that they belong to one CacheGeneration.
 func (s *Store) RegistryUpstreamRules(registry int64) (map[int64][]UpstreamRule, error) {
 	out := map[int64][]UpstreamRule{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := registryTx(tx, registry); !ok {
 			return notFound("Registry")
 		}
@@ -129,7 +129,7 @@ func (s *Store) RegistryUpstreamRules(registry int64) (map[int64][]UpstreamRule,
 // UpstreamRule returns a rule by id.
 func (s *Store) UpstreamRule(id int64) (UpstreamRule, error) {
 	var r UpstreamRule
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		if r, ok = upstreamRuleTx(tx, id); !ok {
 			return notFound("Upstream Rule")
@@ -146,7 +146,7 @@ func (s *Store) UpstreamRule(id int64) (UpstreamRule, error) {
 func (s *Store) CreateUpstreamRule(r UpstreamRule) (UpstreamRule, error) {
 	now := s.clock()
 	r.CreatedAt, r.UpdatedAt = now, now
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		var u Upstream
 		if !getJSON(tx.Bucket(bktUpstreams), itob(r.UpstreamID), &u) {
 			return notFound("Upstream")
@@ -182,7 +182,7 @@ func (s *Store) CreateUpstreamRule(r UpstreamRule) (UpstreamRule, error) {
 // UpdateUpstreamRule changes a rule's fields (see UpstreamRulePatch).
 func (s *Store) UpdateUpstreamRule(id int64, p UpstreamRulePatch) (UpstreamRule, error) {
 	var r UpstreamRule
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		var ok bool
 		if r, ok = upstreamRuleTx(tx, id); !ok {
 			return notFound("Upstream Rule")
@@ -221,7 +221,7 @@ func (s *Store) UpdateUpstreamRule(id int64, p UpstreamRulePatch) (UpstreamRule,
 
 // DeleteUpstreamRule removes a rule.
 func (s *Store) DeleteUpstreamRule(id int64) error {
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		r, ok := upstreamRuleTx(tx, id)
 		if !ok {
 			return notFound("Upstream Rule")
@@ -235,7 +235,7 @@ func (s *Store) DeleteUpstreamRule(id int64) error {
 
 // deleteUpstreamRulesTx removes every rule of an upstream (the upstream is
 // being deleted).
-func deleteUpstreamRulesTx(tx *bolt.Tx, upstream int64) error {
+func deleteUpstreamRulesTx(tx kv.Tx, upstream int64) error {
 	rules, ids := tx.Bucket(bktUpstreamRules), tx.Bucket(bktRuleUpstream)
 	prefix := itob(upstream)
 	var keys [][]byte

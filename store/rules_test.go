@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // ruleEnv is a group with one registry and two upstreams.
@@ -262,9 +262,9 @@ func TestDeleteUpstreamRule(t *testing.T) {
 // ruleBuckets counts the records of both rule buckets.
 func ruleBuckets(t *testing.T, s *Store) (rules, ids int) {
 	t.Helper()
-	noErr(t, s.db.View(func(tx *bolt.Tx) error {
-		rules = tx.Bucket(bktUpstreamRules).Stats().KeyN
-		ids = tx.Bucket(bktRuleUpstream).Stats().KeyN
+	noErr(t, s.db.View(func(tx kv.Tx) error {
+		rules = tx.Bucket(bktUpstreamRules).KeyN()
+		ids = tx.Bucket(bktRuleUpstream).KeyN()
 		return nil
 	}))
 	return rules, ids

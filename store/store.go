@@ -5,16 +5,17 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
+	"registryd/store/kv/boltkv"
 )
 
 // Options configure Open.
@@ -22,15 +23,19 @@ type Options struct {
 	// SecretKey is the 32-byte AES-256-GCM key sealing upstream passwords. Required.
 	SecretKey []byte
 	// LockTimeout is how long Open waits for another process's lock on the
-	// database before failing. Default 1s.
+	// database before failing. Default 1s. Only for the default engine.
 	LockTimeout time.Duration
 	// Now returns the current time; tests inject a clock. Default time.Now.
 	Now func() time.Time
+	// Engine is the kv engine holding the index. Default (nil): a bbolt
+	// file, DIR/registry.db (boltkv). Open takes it over: Store.Close, or a
+	// failed Open, closes it.
+	Engine kv.DB
 }
 
 // Store is the open index.
 type Store struct {
-	db     *bolt.DB
+	db     kv.DB
 	sealer *sealer
 	now    func() time.Time
 
@@ -61,27 +66,18 @@ var ErrWrongKey = errors.New("the secrets key does not match this database: rest
 // keyCheck is sealed into the meta bucket on first open to recognise the key.
 const keyCheck = "registryd secrets key check"
 
-// initialMmapSize is how much of the address space bbolt maps for the file
-// from the start: 1 GiB on 64-bit platforms. It is address space, not
-// memory: only the pages of the file that are read become resident (and
-// they are the page cache's, reclaimable), and the file itself still grows
-// in small steps. Without it bbolt maps 32 KiB and doubles the mapping each
-// time the file outgrows it; every remap inside a write transaction first
-// copies every key and value of every node the transaction has touched onto
-// the heap (node.dereference), so the first large SBOM upload into a fresh
-// database allocated 554 MB for 50 MiB, and a remap also waits for every read
-// transaction to end. Up to 1 GiB of data there is no remap at all; past it
-// bbolt grows the mapping 1 GiB at a time. 32-bit platforms keep bbolt's
-// default, their address space being scarce.
-//
-// Evaluated and not set: NoFreelistSync (a commit skips writing the
-// freelist, but every Open then walks the whole file to rebuild it, slow
-// for a large cache index, for a freelist page that is a few KiB even after
-// a large upload); NoSync and NoGrowSync (they give up crash safety).
-// FreelistMapType keeps allocation fast when the freelist is large.
-const initialMmapSize = (1 << 30) * (strconv.IntSize / 64)
+// schemaLockKey is the cluster-wide lock under which a node checks and sets
+// up the schema, so that nodes starting together do not race to create the
+// buckets or seal the key check.
+const schemaLockKey = "registryd:schema"
 
-// Open opens (creating when needed) DIR/registry.db.
+// schemaLockTimeout bounds the wait for another node's schema set-up: it
+// holds the lock for a few transactions, far less than this, unless its
+// database is unreachable, which Open then reports rather than hanging.
+const schemaLockTimeout = time.Minute
+
+// Open opens (creating when needed) the index: DIR/registry.db, or
+// o.Engine when set (dir is then unused).
 func Open(dir string, o Options) (*Store, error) {
 	if o.LockTimeout == 0 {
 		o.LockTimeout = time.Second
@@ -91,26 +87,53 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	s, err := newSealer(o.SecretKey)
 	if err != nil {
+		if o.Engine != nil {
+			o.Engine.Close()
+		}
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	path := filepath.Join(dir, "registry.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, FreelistType: bolt.FreelistMapType,
-		InitialMmapSize: initialMmapSize})
-	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("store: %s: %w", path, ErrLocked)
+	db := o.Engine
+	if db == nil {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
 		}
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		path := filepath.Join(dir, "registry.db")
+		bdb, err := boltkv.Open(path, boltkv.Options{Timeout: o.LockTimeout})
+		if err != nil {
+			if errors.Is(err, boltkv.ErrLocked) {
+				return nil, fmt.Errorf("store: %s: %w", path, ErrLocked)
+			}
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		db = bdb
 	}
 	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
+	if c, ok := db.(kv.Cluster); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), schemaLockTimeout)
+		unlock, err := c.Lock(ctx, schemaLockKey)
+		cancel()
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("store: %s: schema lock: %w", db.Describe(), err)
+		}
+		defer unlock()
+	}
+	if err := st.setUpSchema(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// setUpSchema checks the schema version and the key, creating the buckets
+// and sealing the key check on a new database.
+func (st *Store) setUpSchema() error {
+	db, s, path := st.db, st.sealer, st.db.Describe()
 	// A database already at this schema version is only checked: even a
 	// commit that changes nothing writes pages, which a start on a full
 	// volume must not need.
 	current := false
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := db.View(func(tx kv.Tx) error {
 		for _, b := range allBuckets {
 			if tx.Bucket(b) == nil {
 				return nil
@@ -127,13 +150,12 @@ func Open(dir string, o Options) (*Store, error) {
 		current = true
 		return nil
 	}); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: %s: %w", path, err)
+		return fmt.Errorf("store: %s: %w", path, err)
 	}
 	if current {
-		return st, nil
+		return nil
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
+	if err := db.Update(func(tx kv.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -152,20 +174,20 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {
-		db.Close()
 		if errors.Is(err, ErrWrongKey) {
-			return nil, fmt.Errorf("store: %s: %w", path, err)
+			return fmt.Errorf("store: %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("store: %w", err)
+		return fmt.Errorf("store: %w", err)
 	}
-	return st, nil
+	return nil
 }
 
-// Close closes the database.
+// Close closes the engine.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Path is the database file.
-func (s *Store) Path() string { return s.db.Path() }
+// Path names where the index lives (kv.DB.Describe): the bbolt file, or the
+// database's DSN without its password.
+func (s *Store) Path() string { return s.db.Describe() }
 
 // AuthGeneration changes after every commit that may change an access decision.
 func (s *Store) AuthGeneration() uint64 { return s.authGen.Load() }
@@ -183,9 +205,7 @@ type Stats struct {
 // Stats reports figures of the database for metrics.
 func (s *Store) Stats() Stats {
 	st := s.db.Stats()
-	var size int64
-	_ = s.db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
-	return Stats{FileBytes: size, TxOpen: st.OpenTxN}
+	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx}
 }
 
 // now returns the store clock truncated to milliseconds, the precision of the API.
@@ -195,9 +215,9 @@ func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Milliseco
 // a successful commit. A cache commit that marked entries for destruction (the
 // pending and purge buckets draw a sequence number for each mark) also wakes
 // the collector.
-func (s *Store) update(auth, cache bool, fn func(tx *bolt.Tx) error) error {
+func (s *Store) update(auth, cache bool, fn func(tx kv.Tx) error) error {
 	work := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx kv.Tx) error {
 		if !cache {
 			return fn(tx)
 		}
@@ -226,7 +246,7 @@ func (s *Store) update(auth, cache bool, fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
-func getJSON(b *bolt.Bucket, key []byte, v any) bool {
+func getJSON(b kv.Bucket, key []byte, v any) bool {
 	raw := b.Get(key)
 	if raw == nil {
 		return false
@@ -239,7 +259,7 @@ func getJSON(b *bolt.Bucket, key []byte, v any) bool {
 	return true
 }
 
-func putJSON(b *bolt.Bucket, key []byte, v any) error {
+func putJSON(b kv.Bucket, key []byte, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -248,7 +268,7 @@ func putJSON(b *bolt.Bucket, key []byte, v any) error {
 }
 
 // childIDs lists the second ids of a two-id index under prefix id.
-func childIDs(b *bolt.Bucket, parent int64) []int64 {
+func childIDs(b kv.Bucket, parent int64) []int64 {
 	var out []int64
 	prefix := itob(parent)
 	c := b.Cursor()
@@ -258,7 +278,13 @@ func childIDs(b *bolt.Bucket, parent int64) []int64 {
 	return out
 }
 
-func nextID(b *bolt.Bucket) (int64, error) {
+func nextID(b kv.Bucket) (int64, error) {
 	n, err := b.NextSequence()
 	return int64(n), err
 }
+
+// emptyValue is the value of index keys, whose key says it all. kv refuses
+// nil values (a nil value from a bbolt cursor means a nested bucket), so an
+// index entry stores an empty one; bbolt wrote nil as empty, so the file is
+// the same.
+var emptyValue = []byte{}

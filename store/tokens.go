@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // Personal access token scopes.
@@ -88,7 +88,7 @@ func (s *Store) CreateToken(n NewToken) (Token, error) {
 	}
 	t := Token{UserID: n.UserID, Name: n.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(n.Scopes))),
 		Hash: HashToken(n.Plain), ExpiresAt: n.ExpiresAt, CreatedAt: s.clock()}
-	err := s.update(true, false, func(tx *bolt.Tx) error {
+	err := s.update(true, false, func(tx kv.Tx) error {
 		var err error
 		t, err = createTokenTx(tx, t)
 		return err
@@ -96,7 +96,7 @@ func (s *Store) CreateToken(n NewToken) (Token, error) {
 	return t, err
 }
 
-func createTokenTx(tx *bolt.Tx, t Token) (Token, error) {
+func createTokenTx(tx kv.Tx, t Token) (Token, error) {
 	if _, ok := userTx(tx, t.UserID); !ok {
 		return t, notFound("User")
 	}
@@ -113,7 +113,7 @@ func createTokenTx(tx *bolt.Tx, t Token) (Token, error) {
 	if err := putJSON(b, itob(id), t); err != nil {
 		return t, err
 	}
-	if err := tx.Bucket(bktTokensByUser).Put(pair(t.UserID, id), nil); err != nil {
+	if err := tx.Bucket(bktTokensByUser).Put(pair(t.UserID, id), emptyValue); err != nil {
 		return t, err
 	}
 	return t, byHash.Put(t.Hash, itob(id))
@@ -124,7 +124,7 @@ func createTokenTx(tx *bolt.Tx, t Token) (Token, error) {
 func (s *Store) TokenByHash(hash []byte) (Token, User, error) {
 	var t Token
 	var u User
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		id := tx.Bucket(bktTokensByHash).Get(hash)
 		if id == nil || !getJSON(tx.Bucket(bktTokens), id, &t) {
 			return notFound("Token")
@@ -141,7 +141,7 @@ func (s *Store) TokenByHash(hash []byte) (Token, User, error) {
 // Token returns a personal access token by id.
 func (s *Store) Token(id int64) (Token, error) {
 	var t Token
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if !getJSON(tx.Bucket(bktTokens), itob(id), &t) {
 			return notFound("Token")
 		}
@@ -152,7 +152,7 @@ func (s *Store) Token(id int64) (Token, error) {
 
 // RevokeToken marks a personal access token revoked. Revoking twice is not an error.
 func (s *Store) RevokeToken(id int64) error {
-	return s.update(true, false, func(tx *bolt.Tx) error {
+	return s.update(true, false, func(tx kv.Tx) error {
 		b := tx.Bucket(bktTokens)
 		var t Token
 		if !getJSON(b, itob(id), &t) {

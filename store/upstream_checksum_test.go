@@ -80,7 +80,7 @@ func TestUpstreamChecksumPolicy(t *testing.T) {
 
 	t.Run("listed and persisted across a reopen", func(t *testing.T) {
 		dir := t.TempDir()
-		s, err := Open(dir, Options{SecretKey: testKey})
+		s, err := openAt(t, dir, Options{SecretKey: testKey})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestUpstreamChecksumPolicy(t *testing.T) {
 		r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
 		u := ok(s.CreateUpstream(r.ID, NewUpstream{URL: "https://p.example/m", Name: "p", ChecksumPolicy: ChecksumRequire}))(t)
 		noErr(t, s.Close())
-		s, err = Open(dir, Options{SecretKey: testKey})
+		s, err = openAt(t, dir, Options{SecretKey: testKey})
 		if err != nil {
 			t.Fatal(err)
 		}

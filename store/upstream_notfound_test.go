@@ -130,7 +130,7 @@ func TestUpstreamNotFoundCacheMinutes(t *testing.T) {
 
 	t.Run("listed and persisted across a reopen", func(t *testing.T) {
 		dir := t.TempDir()
-		s, err := Open(dir, Options{SecretKey: testKey})
+		s, err := openAt(t, dir, Options{SecretKey: testKey})
 		noErr(t, err)
 		g := topGroup(t, s, "acme")
 		r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
@@ -138,7 +138,7 @@ func TestUpstreamNotFoundCacheMinutes(t *testing.T) {
 			NotFoundCacheMinutes: minutesPtr(0), MetadataNotFoundCacheMinutes: minutesPtr(15)}))(t)
 		plain := ok(s.CreateUpstream(r.ID, NewUpstream{URL: "https://q.example/m", Name: "q"}))(t)
 		noErr(t, s.Close())
-		s, err = Open(dir, Options{SecretKey: testKey})
+		s, err = openAt(t, dir, Options{SecretKey: testKey})
 		noErr(t, err)
 		defer s.Close()
 		check := func(where string, got Upstream, art, meta string) {

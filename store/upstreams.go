@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // DefaultValidityHours is the default of both cache validity settings.
@@ -152,7 +152,7 @@ func validMinutes(v *ValidationError, field string, m *int) {
 	}
 }
 
-func (s *Store) upstreamTx(tx *bolt.Tx, id int64) (Upstream, bool, error) {
+func (s *Store) upstreamTx(tx kv.Tx, id int64) (Upstream, bool, error) {
 	var u Upstream
 	if !getJSON(tx.Bucket(bktUpstreams), itob(id), &u) {
 		return u, false, nil
@@ -162,7 +162,7 @@ func (s *Store) upstreamTx(tx *bolt.Tx, id int64) (Upstream, bool, error) {
 	return u, true, err
 }
 
-func (s *Store) putUpstreamTx(tx *bolt.Tx, u Upstream) error {
+func (s *Store) putUpstreamTx(tx kv.Tx, u Upstream) error {
 	u.PasswordSealed = s.sealer.seal(u.Password)
 	return putJSON(tx.Bucket(bktUpstreams), itob(u.ID), u)
 }
@@ -172,7 +172,7 @@ func (s *Store) putUpstreamTx(tx *bolt.Tx, u Upstream) error {
 // other scheme (http for https and back) is the same url, as in GitLab:
 // urls are stored normalised (lower-case scheme and host, no default port,
 // no trailing slash or .git), so the variant is the scheme swapped.
-func (s *Store) duplicateTx(tx *bolt.Tx, u Upstream) error {
+func (s *Store) duplicateTx(tx kv.Tx, u Upstream) error {
 	variant := schemeVariant(u.URL)
 	for _, id := range childIDs(tx.Bucket(bktGroupUpstreams), u.GroupID) {
 		if id == u.ID {
@@ -223,7 +223,7 @@ func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstrea
 		return PositionedUpstream{}, err
 	}
 	var out PositionedUpstream
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		r, ok := registryTx(tx, registry)
 		if !ok {
 			return notFound("Registry")
@@ -243,7 +243,7 @@ func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstrea
 		if err := s.putUpstreamTx(tx, u); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bktGroupUpstreams).Put(pair(u.GroupID, id), nil); err != nil {
+		if err := tx.Bucket(bktGroupUpstreams).Put(pair(u.GroupID, id), emptyValue); err != nil {
 			return err
 		}
 		a, err := appendAssocTx(tx, registry, id)
@@ -256,7 +256,7 @@ func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstrea
 // Upstream returns an upstream by id, password included.
 func (s *Store) Upstream(id int64) (Upstream, error) {
 	var u Upstream
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		var err error
 		if u, ok, err = s.upstreamTx(tx, id); err != nil {
@@ -286,7 +286,7 @@ type UpstreamPatch struct {
 func (s *Store) UpdateUpstream(id int64, p UpstreamPatch) (Upstream, error) {
 	defer s.forget.bump(id)
 	var u Upstream
-	err := s.update(false, true, func(tx *bolt.Tx) error {
+	err := s.update(false, true, func(tx kv.Tx) error {
 		var ok bool
 		var err error
 		if u, ok, err = s.upstreamTx(tx, id); err != nil {
@@ -352,7 +352,7 @@ func clonePtr[T any](p *T) *T {
 // registry's order, and marks its cache entries for destruction.
 func (s *Store) DeleteUpstream(id int64) error {
 	defer s.forget.bump(id)
-	return s.update(false, true, func(tx *bolt.Tx) error {
+	return s.update(false, true, func(tx kv.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(id)) == nil {
 			return notFound("Upstream")
 		}
@@ -360,7 +360,7 @@ func (s *Store) DeleteUpstream(id int64) error {
 	})
 }
 
-func deleteUpstreamTx(tx *bolt.Tx, id int64, now time.Time) error {
+func deleteUpstreamTx(tx kv.Tx, id int64, now time.Time) error {
 	var u Upstream
 	if !getJSON(tx.Bucket(bktUpstreams), itob(id), &u) {
 		return nil
@@ -393,7 +393,7 @@ func (s *Store) GroupUpstreams(group int64, nameFilter string, offset, limit int
 	var out []Upstream
 	total := 0
 	needle := strings.ToLower(nameFilter)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := groupTx(tx, group); !ok {
 			return notFound("Group")
 		}
@@ -418,7 +418,7 @@ func (s *Store) GroupUpstreams(group int64, nameFilter string, offset, limit int
 // RegistryUpstreams lists a registry's upstreams in position order, passwords included.
 func (s *Store) RegistryUpstreams(registry int64) ([]PositionedUpstream, error) {
 	var out []PositionedUpstream
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := registryTx(tx, registry); !ok {
 			return notFound("Registry")
 		}
@@ -439,7 +439,7 @@ func (s *Store) RegistryUpstreams(registry int64) ([]PositionedUpstream, error) 
 // UpstreamAssociations lists the registries an upstream belongs to, by association id.
 func (s *Store) UpstreamAssociations(upstream int64) ([]RegistryUpstream, error) {
 	var out []RegistryUpstream
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // User is a person or robot that holds tokens and memberships.
@@ -82,7 +82,7 @@ func (s *Store) CreateUser(n NewUser) (User, error) {
 	}
 	u := User{Username: n.Username, Name: n.Name, Email: n.Email, Admin: n.Admin, State: "active",
 		PasswordHash: hashPassword(n.Password), CreatedAt: s.clock()}
-	err := s.update(true, false, func(tx *bolt.Tx) error {
+	err := s.update(true, false, func(tx kv.Tx) error {
 		var err error
 		u, err = createUserTx(tx, u)
 		return err
@@ -90,7 +90,7 @@ func (s *Store) CreateUser(n NewUser) (User, error) {
 	return u, err
 }
 
-func createUserTx(tx *bolt.Tx, u User) (User, error) {
+func createUserTx(tx kv.Tx, u User) (User, error) {
 	byName, byEmail := tx.Bucket(bktUsersByName), tx.Bucket(bktUsersByEmail)
 	if byName.Get(lower(u.Username)) != nil {
 		return u, &ConflictError{Reason: "Username has already been taken"}
@@ -116,7 +116,7 @@ func createUserTx(tx *bolt.Tx, u User) (User, error) {
 // User returns the user with id.
 func (s *Store) User(id int64) (User, error) {
 	var u User
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		var ok bool
 		u, ok = userTx(tx, id)
 		if !ok {
@@ -127,7 +127,7 @@ func (s *Store) User(id int64) (User, error) {
 	return u, err
 }
 
-func userTx(tx *bolt.Tx, id int64) (User, bool) {
+func userTx(tx kv.Tx, id int64) (User, bool) {
 	var u User
 	ok := getJSON(tx.Bucket(bktUsers), itob(id), &u)
 	return u, ok
@@ -136,7 +136,7 @@ func userTx(tx *bolt.Tx, id int64) (User, bool) {
 // UserByUsername finds a user by username, case-insensitively.
 func (s *Store) UserByUsername(name string) (User, error) {
 	var u User
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		id := tx.Bucket(bktUsersByName).Get(lower(name))
 		if id == nil {
 			return notFound("User")
@@ -150,7 +150,7 @@ func (s *Store) UserByUsername(name string) (User, error) {
 // CountUsers is how many users exist.
 func (s *Store) CountUsers() int {
 	n := 0
-	_ = s.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bktUsers).Stats().KeyN; return nil })
+	_ = s.db.View(func(tx kv.Tx) error { n = tx.Bucket(bktUsers).KeyN(); return nil })
 	return n
 }
 
@@ -158,9 +158,9 @@ func (s *Store) CountUsers() int {
 func (s *Store) ListUsers(offset, limit int) ([]User, int, error) {
 	var out []User
 	total := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bktUsers)
-		total = b.Stats().KeyN
+		total = b.KeyN()
 		c := b.Cursor()
 		i := 0
 		for k, _ := c.First(); k != nil && len(out) < limit; k, _ = c.Next() {

@@ -1,6 +1,6 @@
 package store
 
-import bolt "go.etcd.io/bbolt"
+import "registryd/store/kv"
 
 // A project or subgroup may be no more visible than its parent, as in
 // GitLab: otherwise a public project of a private group names that group
@@ -33,7 +33,7 @@ func mostPrivate(a, b string) string {
 // effectiveVisibilityTx is the visibility of group id capped by all its
 // ancestors. A missing group in the chain (or one deeper than ancestorsTx
 // follows) counts as private: the safe side.
-func effectiveVisibilityTx(tx *bolt.Tx, id int64) string {
+func effectiveVisibilityTx(tx kv.Tx, id int64) string {
 	v := Public
 	for depth := 0; id != 0; depth++ {
 		g, ok := groupTx(tx, id)
@@ -48,7 +48,7 @@ func effectiveVisibilityTx(tx *bolt.Tx, id int64) string {
 
 // cappedGroupTx is g as readers see it: no more visible than its parent
 // chain.
-func cappedGroupTx(tx *bolt.Tx, g Group) Group {
+func cappedGroupTx(tx kv.Tx, g Group) Group {
 	if g.ParentID != 0 {
 		g.Visibility = mostPrivate(g.Visibility, effectiveVisibilityTx(tx, g.ParentID))
 	}
@@ -57,7 +57,7 @@ func cappedGroupTx(tx *bolt.Tx, g Group) Group {
 
 // cappedProjectTx is p as readers see it: no more visible than its
 // namespace and the namespace's ancestors.
-func cappedProjectTx(tx *bolt.Tx, p Project) Project {
+func cappedProjectTx(tx kv.Tx, p Project) Project {
 	p.Visibility = mostPrivate(p.Visibility, effectiveVisibilityTx(tx, p.NamespaceID))
 	return p
 }

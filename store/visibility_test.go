@@ -3,7 +3,7 @@ package store
 import (
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"registryd/store/kv"
 )
 
 // TestVisibilityNotAboveParent: a project or subgroup may be as visible as
@@ -78,7 +78,7 @@ func TestVisibilityNotAboveParent(t *testing.T) {
 // registryd without the parent rule could have written it.
 func forceVisibility(t *testing.T, s *Store, bucket []byte, id int64, vis string) {
 	t.Helper()
-	noErr(t, s.db.Update(func(tx *bolt.Tx) error {
+	noErr(t, s.db.Update(func(tx kv.Tx) error {
 		b := tx.Bucket(bucket)
 		var rec map[string]any
 		if !getJSON(b, itob(id), &rec) {

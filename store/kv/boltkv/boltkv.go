@@ -1,0 +1,183 @@
+// Package boltkv is the embedded engine of package kv: one bbolt file, one
+// writer at a time, read transactions on a consistent snapshot. It is a thin
+// adapter: store's code was written against bbolt and kv is the subset of
+// bbolt it uses, so every call maps to one bbolt call.
+//
+// The adapters for transactions, buckets and cursors are structs holding a
+// single pointer: converting one to its kv interface stores the pointer in
+// the interface word and does not allocate, so a read path that allocated
+// nothing on bbolt allocates nothing through kv.
+package boltkv
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"registryd/store/kv"
+)
+
+// ErrLocked means another process holds the file lock of the database
+// (bbolt's timeout on flock).
+var ErrLocked = errors.New("the database file is locked by another process")
+
+// ErrNilValue is returned by Put for a nil value: kv refuses it on every
+// engine (bbolt would store it as an empty value, but a nil value read back
+// from a bbolt cursor means a nested bucket). Store an empty, non-nil slice.
+var ErrNilValue = errors.New("kv: nil value (use an empty slice)")
+
+// Options configure Open.
+type Options struct {
+	// Timeout is how long Open waits for another process's lock on the
+	// file before failing with ErrLocked. 0 waits indefinitely (bbolt's
+	// rule).
+	Timeout time.Duration
+}
+
+// initialMmapSize is how much of the address space bbolt maps for the file
+// from the start: 1 GiB on 64-bit platforms. It is address space, not
+// memory: only the pages of the file that are read become resident (and
+// they are the page cache's, reclaimable), and the file itself still grows
+// in small steps. Without it bbolt maps 32 KiB and doubles the mapping each
+// time the file outgrows it; every remap inside a write transaction first
+// copies every key and value of every node the transaction has touched onto
+// the heap (node.dereference), so the first large SBOM upload into a fresh
+// database allocated 554 MB for 50 MiB, and a remap also waits for every read
+// transaction to end. Up to 1 GiB of data there is no remap at all; past it
+// bbolt grows the mapping 1 GiB at a time. 32-bit platforms keep bbolt's
+// default, their address space being scarce.
+//
+// Evaluated and not set: NoFreelistSync (a commit skips writing the
+// freelist, but every Open then walks the whole file to rebuild it, slow
+// for a large cache index, for a freelist page that is a few KiB even after
+// a large upload); NoSync and NoGrowSync (they give up crash safety).
+// FreelistMapType keeps allocation fast when the freelist is large.
+const initialMmapSize = (1 << 30) * (strconv.IntSize / 64)
+
+// DB is an open bbolt file. It implements kv.DB (not kv.Cluster: one
+// process owns the file).
+type DB struct {
+	db *bolt.DB
+}
+
+var _ kv.DB = (*DB)(nil)
+
+// Open opens (creating when needed, mode 0600) the bbolt file at path.
+// Errors name the path; a lock held by another process wraps ErrLocked.
+func Open(path string, o Options) (*DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.Timeout, FreelistType: bolt.FreelistMapType,
+		InitialMmapSize: initialMmapSize})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("%s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &DB{db: db}, nil
+}
+
+// View runs fn in a read transaction.
+func (d *DB) View(fn func(kv.Tx) error) error {
+	return d.db.View(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
+}
+
+// Update runs fn in a write transaction and commits when it returns nil.
+// bbolt never retries: fn runs once.
+func (d *DB) Update(fn func(kv.Tx) error) error {
+	return d.db.Update(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
+}
+
+// Close closes the file.
+func (d *DB) Close() error { return d.db.Close() }
+
+// Describe is the file path.
+func (d *DB) Describe() string { return d.db.Path() }
+
+// Stats reads the file size (as of a fresh read transaction) and the
+// number of open read transactions.
+func (d *DB) Stats() kv.Stats {
+	st := d.db.Stats()
+	var size int64
+	_ = d.db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
+	return kv.Stats{Bytes: size, OpenTx: st.OpenTxN}
+}
+
+// CopyFile writes a consistent copy of the database, as of a read
+// transaction, to path (mode 0600): bbolt's hot backup, for tests that
+// simulate a crash between two commits.
+func (d *DB) CopyFile(path string) error {
+	return d.db.View(func(tx *bolt.Tx) error { return tx.CopyFile(path, 0o600) })
+}
+
+// Tx adapts *bolt.Tx.
+type Tx struct{ tx *bolt.Tx }
+
+var _ kv.Tx = Tx{}
+
+// Bucket returns the named bucket, or a nil kv.Bucket.
+func (t Tx) Bucket(name []byte) kv.Bucket {
+	b := t.tx.Bucket(name)
+	if b == nil {
+		return nil
+	}
+	return Bucket{b}
+}
+
+// CreateBucketIfNotExists creates the bucket in a write transaction.
+func (t Tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	b, err := t.tx.CreateBucketIfNotExists(name)
+	if err != nil {
+		return nil, err
+	}
+	return Bucket{b}, nil
+}
+
+// ForEach calls fn for every top-level bucket in name order.
+func (t Tx) ForEach(fn func(name []byte, b kv.Bucket) error) error {
+	return t.tx.ForEach(func(name []byte, b *bolt.Bucket) error { return fn(name, Bucket{b}) })
+}
+
+// Writable reports whether t is a write transaction.
+func (t Tx) Writable() bool { return t.tx.Writable() }
+
+// Bucket adapts *bolt.Bucket.
+type Bucket struct{ b *bolt.Bucket }
+
+var _ kv.Bucket = Bucket{}
+
+func (b Bucket) Get(key []byte) []byte { return b.b.Get(key) }
+
+// Put refuses a nil value (ErrNilValue); bbolt checks the rest.
+func (b Bucket) Put(key, value []byte) error {
+	if value == nil {
+		return ErrNilValue
+	}
+	return b.b.Put(key, value)
+}
+
+func (b Bucket) Delete(key []byte) error                  { return b.b.Delete(key) }
+func (b Bucket) Cursor() kv.Cursor                        { return Cursor{b.b.Cursor()} }
+func (b Bucket) ForEach(fn func(k, v []byte) error) error { return b.b.ForEach(fn) }
+func (b Bucket) NextSequence() (uint64, error)            { return b.b.NextSequence() }
+func (b Bucket) Sequence() uint64                         { return b.b.Sequence() }
+func (b Bucket) SetSequence(v uint64) error               { return b.b.SetSequence(v) }
+
+// KeyN walks the bucket's pages (bbolt keeps no count).
+func (b Bucket) KeyN() int { return b.b.Stats().KeyN }
+
+func (b Bucket) SetFillPercent(f float64) { b.b.FillPercent = f }
+
+// Cursor adapts *bolt.Cursor.
+type Cursor struct{ c *bolt.Cursor }
+
+var _ kv.Cursor = Cursor{}
+
+func (c Cursor) First() (k, v []byte)          { return c.c.First() }
+func (c Cursor) Last() (k, v []byte)           { return c.c.Last() }
+func (c Cursor) Seek(key []byte) (k, v []byte) { return c.c.Seek(key) }
+func (c Cursor) Next() (k, v []byte)           { return c.c.Next() }
+func (c Cursor) Prev() (k, v []byte)           { return c.c.Prev() }
+func (c Cursor) Delete() error                 { return c.c.Delete() }
