@@ -116,11 +116,13 @@ func (s *Store) MoveAssociation(id int64, position int) (RegistryUpstream, error
 			return notFound("Registry Upstream")
 		}
 		list := assocsOfRegistryTx(tx, a.RegistryID)
-		position = min(max(position, 1), len(list))
+		// Not assigned to position: a retried transaction (kv) clamps the
+		// requested position again, against the list it then reads.
+		pos := min(max(position, 1), len(list))
 		from := slices.IndexFunc(list, func(o RegistryUpstream) bool { return o.ID == id })
 		item := list[from]
 		list = slices.Delete(list, from, from+1)
-		list = slices.Insert(list, position-1, item)
+		list = slices.Insert(list, pos-1, item)
 		for i, o := range list {
 			if o.Position != i+1 {
 				o.Position = i + 1

@@ -418,7 +418,9 @@ func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (Cache
 func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
 	now := s.clock()
 	var freed string
+	in := e
 	err := s.update(false, true, func(tx kv.Tx) error {
+		e, freed = in, "" // kv may run the function again (see PutCacheEntry)
 		var old CacheEntry
 		had := getJSON(tx.Bucket(bktCacheEntries), cacheKey(e.UpstreamID, e.RelativePath), &old)
 		if err := putCacheEntryTx(tx, &e, now); err != nil {

@@ -19,6 +19,7 @@ const RootUsername = "root"
 func (s *Store) EnsureRoot(plain string) (created bool, err error) {
 	now := s.clock()
 	err = s.update(true, false, func(tx kv.Tx) error {
+		created = false // kv may run the function again
 		meta := tx.Bucket(bktMeta)
 		if meta.Get(metaInitialized) != nil || tx.Bucket(bktUsers).KeyN() > 0 {
 			return nil

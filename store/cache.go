@@ -62,7 +62,10 @@ func refsAdd(tx kv.Tx, sha string, delta int64) (int64, error) {
 // already be durable in the blob store.
 func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
 	now := s.clock()
-	err := s.update(false, true, func(tx kv.Tx) error { return putCacheEntryTx(tx, &e, now) })
+	in := e
+	// putCacheEntryTx adds the old entry's downloads to e: each run of the
+	// transaction (kv may retry it) starts from the caller's entry.
+	err := s.update(false, true, func(tx kv.Tx) error { e = in; return putCacheEntryTx(tx, &e, now) })
 	return e, err
 }
 
@@ -182,6 +185,7 @@ func (s *Store) InvalidateCacheEntry(upstream int64, rel string) (CacheEntry, er
 	var e CacheEntry
 	defer s.forget.bump(upstream)
 	err := s.update(false, true, func(tx kv.Tx) error {
+		e = CacheEntry{} // decoding into e keeps fields a record omits
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
 		if !liveEntryTx(tx, key, &e) {
@@ -200,6 +204,7 @@ func (s *Store) InvalidateUpstreamCache(upstream int64) (int, error) {
 	n := 0
 	defer s.forget.bump(upstream)
 	err := s.update(false, true, func(tx kv.Tx) error {
+		n = 0 // kv may run the function again
 		if tx.Bucket(bktUpstreams).Get(itob(upstream)) == nil {
 			return notFound("Upstream")
 		}

@@ -72,6 +72,7 @@ func (s *Store) PurgeRegistryCache(registry int64) (int, error) {
 	n := 0
 	defer s.forgetRegistry(registry)
 	err := s.update(false, true, func(tx kv.Tx) error {
+		n = 0 // kv may run the function again
 		if _, ok := registryTx(tx, registry); !ok {
 			return notFound("Registry")
 		}
@@ -109,6 +110,7 @@ type Collected struct {
 func (s *Store) CollectPending(max int) (Collected, error) {
 	var out Collected
 	err := s.db.Update(func(tx kv.Tx) error {
+		out = Collected{} // kv may run the function again
 		p := tx.Bucket(bktCachePending)
 		c := p.Cursor()
 		var keys [][]byte

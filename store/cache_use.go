@@ -64,6 +64,7 @@ func (s *Store) BuildUseIndex(batch int) (done bool, err error) {
 		batch = useBuildBatch
 	}
 	err = s.db.Update(func(tx kv.Tx) error {
+		done = false // kv may run the function again
 		meta := tx.Bucket(bktMeta)
 		if meta.Get(metaUseBuilt) != nil {
 			done = true

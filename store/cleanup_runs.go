@@ -109,6 +109,7 @@ func (s *Store) CleanupRunBatch(group int64, limit int) (CleanupBatch, error) {
 	// one, or one over entries that are all kept) must not move the cache
 	// generation, which would make the proxy reload its views for nothing.
 	err := s.db.Update(func(tx kv.Tx) error {
+		out = CleanupBatch{} // kv may run the function again: out's counts are written into the run
 		c, ok := cleanupPolicyTx(tx, group)
 		if !ok {
 			return notFound("Cleanup policy")

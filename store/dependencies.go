@@ -165,6 +165,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 	now := s.clock()
 	list := DependencyList{ProjectID: project, PackageManagers: map[string]int{}, UpdatedAt: now}
 	err := s.update(false, false, func(tx kv.Tx) error {
+		list.PackageManagers = map[string]int{} // counted below; kv may run the function again
 		if tx.Bucket(bktProjects).Get(itob(project)) == nil {
 			return notFound("Project")
 		}

@@ -60,6 +60,7 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 		Scopes: slices.Compact(slices.Sorted(slices.Values(n.Scopes))), Hash: HashToken(n.Plain),
 		ExpiresAt: n.ExpiresAt, CreatedAt: s.clock()}
 	err := s.update(true, false, func(tx kv.Tx) error {
+		t.Username = n.Username // derived from the id below; kv may run the function again
 		if _, ok := groupTx(tx, n.GroupID); !ok {
 			return notFound("Group")
 		}

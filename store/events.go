@@ -218,6 +218,9 @@ func (s *Store) ImportEvents(evs []Event) (ImportResult, error) {
 	now := s.clock()
 	var res ImportResult
 	err := s.update(false, false, func(tx kv.Tx) error {
+		// Problems of this run only: kv may run the function again after an
+		// attempt that failed inside the engine.
+		v := &ValidationError{}
 		projects, users := map[int64]bool{}, map[int64]bool{}
 		for i := range evs {
 			e := &evs[i]

@@ -224,6 +224,9 @@ func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstrea
 	}
 	var out PositionedUpstream
 	err := s.update(false, true, func(tx kv.Tx) error {
+		// duplicateTx skips u.ID: not an id drawn by an earlier run (kv may
+		// run the function again).
+		u.ID = 0
 		r, ok := registryTx(tx, registry)
 		if !ok {
 			return notFound("Registry")
