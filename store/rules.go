@@ -146,7 +146,11 @@ func (s *Store) UpstreamRule(id int64) (UpstreamRule, error) {
 func (s *Store) CreateUpstreamRule(r UpstreamRule) (UpstreamRule, error) {
 	now := s.clock()
 	r.CreatedAt, r.UpdatedAt = now, now
+	in := r
 	err := s.update(false, true, func(tx kv.Tx) error {
+		// duplicateRule skips r.ID: not an id drawn by an earlier run (kv
+		// may run the function again).
+		r = in
 		var u Upstream
 		if !getJSON(tx.Bucket(bktUpstreams), itob(r.UpstreamID), &u) {
 			return notFound("Upstream")
