@@ -1,7 +1,14 @@
-// Package store is registryd's index: every record lives in one bbolt file and
-// every mutation is one transaction that keeps the invariants (positions stay
-// contiguous, names unique, nothing half-written). It is the only package that
-// imports bbolt.
+// Package store is registryd's index: every record lives in a kv engine
+// (package store/kv: by default one bbolt file, DIR/registry.db, through
+// store/kv/boltkv; or PostgreSQL, shared by several nodes) and every mutation
+// is one transaction that keeps the invariants (positions stay contiguous,
+// names unique, nothing half-written). Only store/kv/boltkv imports bbolt.
+//
+// A function passed to update or db.Update may run more than once (an engine
+// retries a transaction that lost a serialization conflict): it resets every
+// outer variable it assigns, works on a copy of what it changes of its
+// inputs, and leaves side effects (generations, the collector's wake-up) to
+// after the commit.
 package store
 
 import (
