@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"slices"
@@ -91,9 +92,10 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 // DeployTokenByHash finds a deploy token by the hash of its value. It does not
 // check whether the token is active.
 func (s *Store) DeployTokenByHash(hash []byte) (DeployToken, error) {
+	key := bytes.Clone(hash) // see TokenByHash
 	var t DeployToken
 	err := s.db.View(func(tx kv.Tx) error {
-		id := tx.Bucket(bktDeployByHash).Get(hash)
+		id := tx.Bucket(bktDeployByHash).Get(key)
 		if id == nil || !getJSON(tx.Bucket(bktDeployTokens), id, &t) {
 			return notFound("Deploy Token")
 		}
