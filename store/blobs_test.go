@@ -13,8 +13,7 @@ import (
 	"testing"
 )
 
-// blobEnv is a store with one registry and upstream, and a blob store in the
-// same data dir.
+// blobEnv is a store with one registry and upstream, and a blob store.
 type blobEnv struct {
 	s  *Store
 	b  *Blobs
@@ -24,7 +23,7 @@ type blobEnv struct {
 func newBlobEnv(t *testing.T) blobEnv {
 	t.Helper()
 	s, _ := openTest(t)
-	b, err := OpenBlobs(filepath.Dir(s.Path()))
+	b, err := OpenBlobs(t.TempDir()) // not s.Path()'s dir: on another testEngine, Path is a DSN
 	noErr(t, err)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
