@@ -116,9 +116,11 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
 	if c, ok := db.(kv.Cluster); ok {
+		// ctx bounds the wait; it is cancelled after the unlock, in case an
+		// engine ties the lock's connection to it.
 		ctx, cancel := context.WithTimeout(context.Background(), schemaLockTimeout)
+		defer cancel()
 		unlock, err := c.Lock(ctx, schemaLockKey)
-		cancel()
 		if err != nil {
 			db.Close()
 			return nil, fmt.Errorf("store: %s: schema lock: %w", db.Describe(), err)
