@@ -55,6 +55,10 @@ type Blobs struct {
 	// fault, when set (by tests), makes temp file writes fail (SetWriteFault).
 	faultMu sync.Mutex
 	fault   func(written int64, n int) (int, error)
+
+	// remote, when set, keeps the blobs in an object store and this
+	// directory as a bounded local tier (blobs_remote.go).
+	remote *remoteTier
 }
 
 // Digests are the checksums of one blob, lower-case hex.
@@ -388,6 +392,9 @@ func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (Cache
 	if !w.closed || w.name == "" {
 		return e, errors.New("blobs: publish of an unfinished or aborted writer")
 	}
+	if b.remote != nil {
+		return b.publishRemote(s, w, d, e)
+	}
 	e.Size, e.MD5, e.SHA1, e.SHA256, e.SHA512 = d.Size, d.MD5, d.SHA1, d.SHA256, d.SHA512
 	mu := b.lock(d.SHA256)
 	mu.Lock()
@@ -435,6 +442,9 @@ func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
 // reap removes the blob file of sha if no entry refers to it, under its
 // lock, and reports whether it did and the bytes freed.
 func (b *Blobs) reap(s *Store, sha string) (bool, int64) {
+	if b.remote != nil {
+		return b.reapRemote(s, sha)
+	}
 	mu := b.lock(sha)
 	mu.Lock()
 	defer mu.Unlock()
@@ -567,6 +577,9 @@ func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	}
 	close(next)
 	wg.Wait()
+	if b.remote != nil {
+		return out, b.collectOrphans(s, &out)
+	}
 	return out, nil
 }
 
@@ -583,6 +596,9 @@ type SweepResult struct {
 // removed, and the file count and size for metrics are set. Run it before
 // serving; it takes no locks. Files whose name is not a digest are left alone.
 func (b *Blobs) Sweep(s *Store) (SweepResult, error) {
+	if b.remote != nil {
+		return b.sweepRemote(s)
+	}
 	var out SweepResult
 	sizes := map[string]int64{}
 	err := filepath.WalkDir(b.root, func(path string, d fs.DirEntry, err error) error {

@@ -117,20 +117,25 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, s.fail("get", key, err)
 	}
-	if _, err := o.Stat(); err != nil {
+	oi, err := o.Stat()
+	if err != nil {
 		o.Close()
 		return nil, s.fail("get", key, err)
 	}
-	return &s3Body{o: o, s: s, key: key}, nil
+	return &s3Body{o: o, s: s, key: key, size: oi.Size}, nil
 }
 
 // s3Body wraps the object's read errors (a connection cut mid-body) so
 // they match ErrUnavailable.
 type s3Body struct {
-	o   *minio.Object
-	s   *S3
-	key string
+	o    *minio.Object
+	s    *S3
+	key  string
+	size int64
 }
+
+// Size is the object's size, as the GET's answer announced it.
+func (b *s3Body) Size() int64 { return b.size }
 
 func (b *s3Body) Read(p []byte) (int, error) {
 	n, err := b.o.Read(p)
