@@ -103,7 +103,8 @@ func startMinIO() (*S3, error) {
 	if bin == "" || !minioIsFile(bin) {
 		return nil, errNoMinIO
 	}
-	dir, err := os.MkdirTemp("", "registryd-minio-")
+	minioRemoveStale()
+	dir, err := os.MkdirTemp("", "registryd-minio-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +120,22 @@ func startMinIO() (*S3, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// minioRemoveStale removes the data of servers whose test binary is gone
+// (one that had no TestMain calling StopAllMinIO: its server died with it,
+// by Pdeathsig, but the directory stays).
+func minioRemoveStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "registryd-minio-*-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(d), "registryd-minio-"), "-", 2)[0])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // minioFreePort asks the kernel for a free loopback port.
