@@ -543,7 +543,8 @@ const collectUnlinkers = 4
 // transaction) and removes the blob files that lost their last reference.
 // Between the commit and the last unlink, at most max blob files are on disk
 // that no entry refers to (a crash there leaves them to the next start's
-// Sweep).
+// Sweep). With remote blobs the objects go too, and every quarter of
+// OrphanGrace the orphan sweep runs (SweepOrphans).
 func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	c, err := s.CollectPending(max)
 	out := CollectResult{Entries: c.Entries, More: c.More}
@@ -595,6 +596,8 @@ type SweepResult struct {
 // to (a crash between an index commit and the unlink that follows it) are
 // removed, and the file count and size for metrics are set. Run it before
 // serving; it takes no locks. Files whose name is not a digest are left alone.
+// With remote blobs it also loads the local tier (sweepRemote); the bucket
+// is not listed.
 func (b *Blobs) Sweep(s *Store) (SweepResult, error) {
 	if b.remote != nil {
 		return b.sweepRemote(s)
