@@ -14,6 +14,7 @@ import (
 	"registryd/auth"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/objects"
 	"registryd/upstream"
 )
 
@@ -289,6 +290,10 @@ func toAPI(err error) *apiError {
 		return miss.answer()
 	case store.IsDiskFull(err):
 		return errInsufficientStorage
+	case errors.Is(err, objects.ErrUnavailable):
+		// A local miss the bucket could not serve (objectStoreError), or an
+		// upload to it that failed.
+		return objectStoreAnswer(err)
 	case errors.As(err, &fe):
 		return message(fasthttp.StatusBadGateway, "502 Bad Gateway - Upstream not available: "+failureReason(fe.err))
 	case errors.As(err, &nf):

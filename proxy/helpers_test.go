@@ -98,7 +98,11 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blobs, err := store.OpenBlobs(dir)
+	openBlobs := store.OpenBlobs
+	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go)
+		openBlobs = f.(func(string) (*store.Blobs, error))
+	}
+	blobs, err := openBlobs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

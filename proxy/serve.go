@@ -106,8 +106,9 @@ func (s *Server) serveEntry(x *exchange, v *entryView) error {
 	if s.small.fits(size) {
 		b, err := s.small.load(v.e.SHA256, v.blob, size)
 		if err != nil {
-			return s.blobError(v, err)
+			return s.localMiss(x, v, start, n, err)
 		}
+		s.blobs.Touch(v.e.SHA256)
 		// The bytes are shared and immutable: fasthttp writes them without a copy.
 		ctx.Response.SetBodyRaw(b[start : start+n])
 		s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
@@ -116,8 +117,9 @@ func (s *Server) serveEntry(x *exchange, v *entryView) error {
 	}
 	f, err := os.Open(v.blob)
 	if err != nil {
-		return s.blobError(v, err)
+		return s.localMiss(x, v, start, n, err)
 	}
+	s.blobs.Touch(v.e.SHA256) // the local tier's LRU (remote blobs); no allocation
 	if start > 0 {
 		if _, err := f.Seek(start, io.SeekStart); err != nil {
 			f.Close()

@@ -55,6 +55,10 @@ type Blobs struct {
 	// fault, when set (by tests), makes temp file writes fail (SetWriteFault).
 	faultMu sync.Mutex
 	fault   func(written int64, n int) (int, error)
+
+	// remote, when set, keeps the blobs in an object store and this
+	// directory as a bounded local tier (blobs_remote.go).
+	remote *remoteTier
 }
 
 // Digests are the checksums of one blob, lower-case hex.
@@ -388,6 +392,9 @@ func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (Cache
 	if !w.closed || w.name == "" {
 		return e, errors.New("blobs: publish of an unfinished or aborted writer")
 	}
+	if b.remote != nil {
+		return b.publishRemote(s, w, d, e)
+	}
 	e.Size, e.MD5, e.SHA1, e.SHA256, e.SHA512 = d.Size, d.MD5, d.SHA1, d.SHA256, d.SHA512
 	mu := b.lock(d.SHA256)
 	mu.Lock()
@@ -437,6 +444,9 @@ func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
 // reap removes the blob file of sha if no entry refers to it, under its
 // lock, and reports whether it did and the bytes freed.
 func (b *Blobs) reap(s *Store, sha string) (bool, int64) {
+	if b.remote != nil {
+		return b.reapRemote(s, sha)
+	}
 	mu := b.lock(sha)
 	mu.Lock()
 	defer mu.Unlock()
@@ -535,7 +545,8 @@ const collectUnlinkers = 4
 // transaction) and removes the blob files that lost their last reference.
 // Between the commit and the last unlink, at most max blob files are on disk
 // that no entry refers to (a crash there leaves them to the next start's
-// Sweep).
+// Sweep). With remote blobs the objects go too, and every quarter of
+// OrphanGrace the orphan sweep runs (SweepOrphans).
 func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	c, err := s.CollectPending(max)
 	out := CollectResult{Entries: c.Entries, More: c.More}
@@ -569,6 +580,9 @@ func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	}
 	close(next)
 	wg.Wait()
+	if b.remote != nil {
+		return out, b.collectOrphans(s, &out)
+	}
 	return out, nil
 }
 
@@ -584,7 +598,12 @@ type SweepResult struct {
 // to (a crash between an index commit and the unlink that follows it) are
 // removed, and the file count and size for metrics are set. Run it before
 // serving; it takes no locks. Files whose name is not a digest are left alone.
+// With remote blobs it also loads the local tier (sweepRemote); the bucket
+// is not listed.
 func (b *Blobs) Sweep(s *Store) (SweepResult, error) {
+	if b.remote != nil {
+		return b.sweepRemote(s)
+	}
 	var out SweepResult
 	sizes := map[string]int64{}
 	err := filepath.WalkDir(b.root, func(path string, d fs.DirEntry, err error) error {
