@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"registryd/store/kv"
 )
 
 // Options configure Open.
@@ -26,6 +29,13 @@ type Options struct {
 	LockTimeout time.Duration
 	// Now returns the current time; tests inject a clock. Default time.Now.
 	Now func() time.Time
+	// Cluster, for tests and engines, shares the store's in-memory views
+	// with other nodes (cluster.go): set by Open when the engine implements
+	// kv.Cluster. nil: a single node.
+	Cluster kv.Cluster
+	// Logger receives the store's warnings (a failed cluster publish).
+	// Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is the open index.
@@ -48,6 +58,8 @@ type Store struct {
 	collect chan struct{}
 	// useBuilt caches that cache_by_use is complete (cache_use.go).
 	useBuilt atomic.Bool
+	// cluster is set when other nodes share the engine (cluster.go).
+	cluster *clusterState
 }
 
 // ErrLocked means another process holds the database.
@@ -131,7 +143,7 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	if current {
-		return st, nil
+		return st, st.start(o)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
@@ -158,11 +170,29 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return st, nil
+	return st, st.start(o)
+}
+
+// start joins the cluster, if any, once the schema is in place.
+func (s *Store) start(o Options) error {
+	if o.Cluster == nil {
+		return nil
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := s.joinCluster(o.Cluster, o.Logger); err != nil {
+		s.db.Close()
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.leaveCluster()
+	return s.db.Close()
+}
 
 // Path is the database file.
 func (s *Store) Path() string { return s.db.Path() }
@@ -210,18 +240,7 @@ func (s *Store) update(auth, cache bool, fn func(tx *bolt.Tx) error) error {
 		return nil
 	})
 	if err == nil {
-		if auth {
-			s.authGen.Add(1)
-		}
-		if cache {
-			s.cacheGen.Add(1)
-		}
-		if work {
-			select {
-			case s.collect <- struct{}{}:
-			default:
-			}
-		}
+		s.committed(auth, cache, work)
 	}
 	return err
 }
