@@ -13,15 +13,18 @@
 package cleanup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/config"
+	"registryd/internal/clusterjob"
 	"registryd/store"
 )
 
@@ -33,6 +36,9 @@ type Store interface {
 	FinishCleanupRun(group int64, failure string) (store.CleanupPolicy, store.CleanupRun, error)
 	Group(id int64) (store.Group, error)
 	RecordAudit(evs ...store.AuditEvent) ([]store.AuditEvent, error)
+	// TryLease takes a cluster-wide lease (store.Store.TryLease): the
+	// check runs once per cluster, and a group's run on one node at a time.
+	TryLease(ctx context.Context, key string) (unlock func(), ok bool, err error)
 }
 
 // Options configure a Scheduler.
@@ -80,7 +86,8 @@ type Scheduler struct {
 	rest      float64
 
 	mu      sync.Mutex
-	active  map[int64]bool // groups whose run this process executes (or is about to)
+	active  map[int64]bool   // groups whose run this process executes (or is about to)
+	leases  map[int64]func() // the cluster-wide claims of active groups (their unlocks)
 	started bool
 	stopped bool
 	stop    chan struct{}
@@ -117,7 +124,7 @@ func New(o Options) (*Scheduler, error) {
 		return nil, err
 	}
 	return &Scheduler{st: o.Store, cfg: o.Config, now: o.Now, log: o.Logger, met: met, beforeRun: o.BeforeRun,
-		rest: max(o.Rest, 0), active: map[int64]bool{}, stop: make(chan struct{}),
+		rest: max(o.Rest, 0), active: map[int64]bool{}, leases: map[int64]func(){}, stop: make(chan struct{}),
 		slots: make(chan struct{}, MaxConcurrentRuns)}, nil
 }
 
@@ -174,30 +181,72 @@ func (s *Scheduler) stopping() bool {
 }
 
 // claim reserves the group's run for this process; false when it already
-// has it. A claim comes before the store marks the policy running, so that
-// a check seeing a running policy that nobody here claimed knows the run
-// was cut short by an earlier process.
-func (s *Scheduler) claim(group int64) bool {
+// has it, or another node of the cluster does. A claim comes before the
+// store marks the policy running, so that a check seeing a running policy
+// that nobody claimed knows the run was cut short by an earlier process (a
+// node that dies loses its claims at once).
+func (s *Scheduler) claim(group int64) (bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.active[group] {
-		return false
+		s.mu.Unlock()
+		return false, nil
 	}
 	s.active[group] = true
-	return true
+	s.mu.Unlock()
+	return s.claimCluster(group)
+}
+
+// claimCluster takes the cluster-wide lease of a group this process has
+// claimed (see claim); on false or an error the local claim is released.
+func (s *Scheduler) claimCluster(group int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseTimeout)
+	defer cancel()
+	unlock, ok, err := s.st.TryLease(ctx, "cleanup:"+strconv.FormatInt(group, 10))
+	if err != nil || !ok {
+		s.release(group)
+		return false, err
+	}
+	s.mu.Lock()
+	s.leases[group] = unlock
+	s.mu.Unlock()
+	return true, nil
 }
 
 func (s *Scheduler) release(group int64) {
 	s.mu.Lock()
+	unlock := s.leases[group]
+	delete(s.leases, group)
 	delete(s.active, group)
 	s.mu.Unlock()
+	if unlock != nil {
+		unlock()
+	}
 }
+
+// leaseTimeout bounds a request for a cluster lease.
+const leaseTimeout = 10 * time.Second
+
+// jobCleanup names the check's cluster-wide lease ("job:cleanup").
+const jobCleanup = "cleanup"
 
 // Tick runs, one after another and before it returns, the runs a check
 // finds: the policies left running by an earlier process (resumed) and the
 // policies that are due (enabled, not running, next_run_at passed). The
 // check loop calls it; tests call it directly.
+//
+// On a cluster the check runs on one node at a time (the lease
+// "job:cleanup", held for the whole check): a node that finds it held
+// skips this check, another node is making it.
 func (s *Scheduler) Tick() {
+	unlock, run, err := clusterjob.Try(s.st, jobCleanup, s.met.skipped, s.log)
+	if err != nil {
+		s.log.Error("cleanup: taking the check's cluster lease", "err", err)
+		return
+	}
+	if !run {
+		return
+	}
+	defer unlock()
 	policies, err := s.st.CleanupPolicies()
 	if err != nil {
 		s.log.Error("cleanup: listing the policies", "err", err)
@@ -217,8 +266,11 @@ func (s *Scheduler) Tick() {
 		default:
 			continue
 		}
-		if !s.claim(p.GroupID) {
-			continue // a run of this process (RunNow) has it
+		if ok, err := s.claim(p.GroupID); err != nil {
+			s.log.Error("cleanup: claiming a run", "group", p.GroupID, "err", err)
+			continue
+		} else if !ok {
+			continue // a run of this process (RunNow), or of another node, has it
 		}
 		started, err := s.st.StartCleanupRun(p.GroupID, how)
 		switch {
@@ -257,6 +309,15 @@ func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.Clea
 	s.active[group] = true
 	s.runs.Add(1)
 	s.mu.Unlock()
+	// Another node's run of the policy (its scheduler's, or an admin's
+	// there) holds the group's cluster-wide claim.
+	if ok, err := s.claimCluster(group); !ok {
+		s.runs.Done()
+		if err != nil {
+			return store.CleanupPolicy{}, err
+		}
+		return store.CleanupPolicy{}, store.ErrCleanupRunning
+	}
 	p, err := s.st.StartCleanupRun(group, store.CleanupStart{AuthorID: authorID, AuthorName: authorName})
 	if err != nil {
 		s.release(group)
@@ -400,6 +461,7 @@ func runMessage(p store.CleanupPolicy, run store.CleanupRun, outcome, failure st
 
 // metrics of the cleanup runs.
 type metrics struct {
+	skipped    *clusterjob.Skipped
 	runs       *prometheus.CounterVec
 	entries    prometheus.Counter
 	bytes      prometheus.Counter
@@ -427,6 +489,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, o := range []string{"success", "failed", "interrupted", "deleted"} {
 		m.runs.WithLabelValues(o)
+	}
+	var err error
+	if m.skipped, err = clusterjob.NewSkipped(reg, jobCleanup); err != nil {
+		return nil, err
 	}
 	if reg == nil {
 		return m, nil

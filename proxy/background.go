@@ -112,8 +112,21 @@ const collectRest = 1
 func (s *Server) CollectOnce() (store.CollectResult, error) { return s.collect(nil) }
 
 // collect runs batches until no entry waits, stop is closed, or an error.
+// On a cluster one node at a time collects (cluster.go, jobLease): a node
+// that finds the job's lease held skips the round; the commits that give
+// the collector work wake every node's collector, so the holder's next
+// round takes what came in while it ran.
 func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
 	var total store.CollectResult
+	unlock, run, err := s.jobLease(jobCollect)
+	if err != nil {
+		s.met.collectorErrors.Inc()
+		return total, err
+	}
+	if !run {
+		return total, nil
+	}
+	defer unlock()
 	s.met.collectorRuns.Inc()
 	for {
 		start := time.Now()

@@ -254,6 +254,10 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 		f.release()
 		s.absentDoc(in, errAbsent, meta, now)
 		return true
+	case flightElsewhere:
+		// Revalidated by another node of the cluster: read it again.
+		f.release()
+		return false
 	}
 	s.log.Warn("revalidation failed; merging the stale copy", "upstream", up.id, "path", e.RelativePath,
 		"err", failureReason(f.err))
@@ -282,8 +286,9 @@ func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool
 	switch f.kind {
 	case flightStreaming:
 		return s.flightDoc(in, f)
-	case flightNotModified:
-		// Joined the revalidation of an entry stored since the lookup.
+	case flightNotModified, flightElsewhere:
+		// Joined the revalidation of an entry stored since the lookup, or
+		// another node of the cluster stored it: read it again.
 		f.release()
 		return false
 	case flightNotFound:

@@ -219,6 +219,7 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 			metaNotFoundTTL: minutesOr(u.MetadataNotFoundCacheMinutes, s.cfg.Upstreams.MetadataNotFoundTTL),
 		})
 		s.met.series.seenUpstream(u.ID)
+		s.urls.note(s.health, u.ID, u.URL)
 		v.upIDs = append(v.upIDs, u.ID)
 	}
 	s.regs.Add(id, v)
@@ -279,27 +280,35 @@ func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, 
 			return &v, nil
 		}
 	}
-	v := &entryView{gen: gen, found: found, key: strings.Clone(rel)}
+	v := &entryView{gen: gen, key: strings.Clone(rel)}
 	if found {
-		v.e = e
-		v.up = reg.upstream(e.UpstreamID)
-		if v.up == nil || !store.ValidDigest(e.SHA256) {
+		up := reg.upstream(e.UpstreamID)
+		if up == nil || !store.ValidDigest(e.SHA256) {
 			return nil, nil
 		}
-		v.blob = s.blobs.Path(e.SHA256)
-		v.etag = `"` + e.SHA256 + `"`
-		v.lastModified = string(fasthttp.AppendHTTPDate(nil, e.UpdatedAt))
-		v.disposition = `attachment; filename="` + rel[strings.LastIndexByte(rel, '/')+1:] + `"`
-		v.contentType = e.ContentType
-		if v.contentType == "" {
-			v.contentType = maven.ContentType(rel)
-		}
+		v = newEntryView(s, up, v.key, e)
+		v.gen = gen
 	}
 	s.entries.Add(entryKey{reg.id, v.key}, v)
 	if !found {
 		return nil, nil
 	}
 	return v, nil
+}
+
+// newEntryView is the view of e, an entry of up stored under rel, with
+// its response headers formatted (gen 0: for the caller to set).
+func newEntryView(s *Server, up *upstreamView, rel string, e store.CacheEntry) *entryView {
+	v := &entryView{found: true, key: rel, e: e, up: up}
+	v.blob = s.blobs.Path(e.SHA256)
+	v.etag = `"` + e.SHA256 + `"`
+	v.lastModified = string(fasthttp.AppendHTTPDate(nil, e.UpdatedAt))
+	v.disposition = `attachment; filename="` + rel[strings.LastIndexByte(rel, '/')+1:] + `"`
+	v.contentType = e.ContentType
+	if v.contentType == "" {
+		v.contentType = maven.ContentType(rel)
+	}
+	return v
 }
 
 // fresh reports whether v may be served without asking its upstream:
@@ -418,6 +427,10 @@ func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) error {
 			x.res = resJoin
 		}
 		return s.serveEntryOrMiss(x, v)
+	case flightElsewhere:
+		// Another node of the cluster revalidated (or stored) the file
+		// meanwhile: its entry is the answer.
+		return s.serveElsewhere(x, v.up, f)
 	case flightNotFound:
 		if !f.reval {
 			// Joined a plain fetch of the same file (its blob had gone
@@ -559,6 +572,15 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 			f.release()
 			failures = append(failures, upstreamFailure{upstream: up.id, err: errAbsent})
 			continue
+		case flightElsewhere:
+			// Another node of the cluster stored the file meanwhile.
+			return s.serveElsewhere(x, up, f)
+		}
+		if isLeaseError(f.err) {
+			// No upstream may be asked without the cluster's lease, and
+			// the next upstream's would fail alike: 503 now.
+			f.release()
+			return errLeaseAnswer
 		}
 		failures = append(failures, upstreamFailure{upstream: up.id, err: f.err})
 		f.release()

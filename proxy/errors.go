@@ -242,6 +242,8 @@ func failureReason(err error) string {
 		return "answered " + strconv.Itoa(se.Code) + " " + se.Status
 	case errors.As(err, &ne):
 		return ne.Reason
+	case isLeaseError(err):
+		return leaseReason
 	case errors.Is(err, errTooLarge):
 		return "file is larger than the cache accepts"
 	case errors.Is(err, errShortBody):
@@ -288,6 +290,8 @@ func toAPI(err error) *apiError {
 		return errUnauthorized
 	case errors.As(err, &miss):
 		return miss.answer()
+	case isLeaseError(err):
+		return errLeaseAnswer
 	case store.IsDiskFull(err):
 		return errInsufficientStorage
 	case errors.Is(err, objects.ErrUnavailable):

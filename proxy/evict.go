@@ -141,6 +141,12 @@ func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 	if want <= 0 {
 		return out, nil
 	}
+	// Once per cluster (cluster.go): another node evicting skips this round.
+	unlock, run, err := s.jobLease(jobEvict)
+	if !run {
+		return out, err
+	}
+	defer unlock()
 	if err := s.buildUseIndex(stop); err != nil {
 		s.ev.errors.Inc()
 		return out, err

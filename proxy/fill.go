@@ -32,6 +32,13 @@ var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than 
 func (s *Server) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
+	// On a cluster, one node at a time asks the upstream for this file
+	// (cluster.go); the lease is given back once the entry is committed.
+	unlease, done := s.leaseFill(f)
+	defer unlease()
+	if done {
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
 	defer cancel()
 

@@ -72,6 +72,12 @@ type env struct {
 
 func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 	t.Helper()
+	return newEnvStore(t, store.Options{}, opts...)
+}
+
+// newEnvStore is newEnv with store options (the key and clock are the env's).
+func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *env {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
 	cfg.Data.Dir = dir
@@ -83,7 +89,8 @@ func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
 		o(&cfg)
 	}
 	clock := &testClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	st, err := store.Open(dir, store.Options{SecretKey: testSecretKey, Now: clock.Now})
+	so.SecretKey, so.Now = testSecretKey, clock.Now
+	st, err := store.Open(dir, so)
 	if err != nil {
 		t.Fatal(err)
 	}

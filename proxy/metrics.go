@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"registryd/internal/clusterjob"
 	"registryd/store"
 	"registryd/upstream"
 )
@@ -52,6 +53,12 @@ type metrics struct {
 	collectorBlobs   prometheus.Counter
 	collectorFreed   prometheus.Counter
 	collectorErrors  prometheus.Counter
+
+	// Cluster (cluster.go): fills that waited for another node's lease,
+	// fills that found the file stored by another node, job rounds skipped.
+	leaseWaits      prometheus.Counter
+	filledElsewhere prometheus.Counter
+	jobSkipped      *clusterjob.Skipped
 
 	// series caches the labelled download counters of each registry and
 	// (registry, upstream) pair, so a hit neither hashes labels nor
@@ -181,12 +188,25 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "collector", Name: "errors_total",
 			Help: "Collector batches that failed.",
 		}),
+		leaseWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cluster", Name: "fill_lease_waits_total",
+			Help: "Fills that waited for the fill lease of their file because another node of the cluster was fetching it.",
+		}),
+		filledElsewhere: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cluster", Name: "filled_elsewhere_total",
+			Help: "Fills (and revalidations) that did not ask the upstream because another node of the cluster had stored (or revalidated) the file meanwhile.",
+		}),
 	}
 	m.series.m = m
+	var err error
+	if m.jobSkipped, err = clusterjob.NewSkipped(reg, jobCollect, jobEvict); err != nil {
+		return nil, err
+	}
 	cs := []prometheus.Collector{
 		m.requests, m.upstreamDur, m.fetched, m.joins, m.auditDropped,
 		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
+		m.leaseWaits, m.filledElsewhere,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: "cache", Name: "blobs",
 			Help: "Blob files in DATA_DIR/blobs (each distinct content once).",

@@ -97,6 +97,7 @@ type Server struct {
 	small   *smallBlobs // nil when disabled
 
 	health *upstream.Health // which upstreams are worth asking
+	urls   upstreamURLs     // the url each upstream's health was judged for (cluster.go)
 	gates  *gates           // the cap of requests out to each upstream
 	marks  *pathMemory      // (upstream, path) answers remembered: absent or refused
 
@@ -202,7 +203,7 @@ func New(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
-	s.spillStall, s.uncached = spillStall, newUncachedSums()
+	s.spillStall, s.uncached = spillStall, newUncachedSums(d.Store.ForgetEpoch)
 	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}

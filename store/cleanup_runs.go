@@ -143,11 +143,7 @@ func (s *Store) CleanupRunBatch(group int64, limit int) (CleanupBatch, error) {
 	if out.Entries > 0 {
 		// What update does after a commit that marked entries: readers'
 		// views of the cache are stale, and the collector has work.
-		s.cacheGen.Add(1)
-		select {
-		case s.collect <- struct{}{}:
-		default:
-		}
+		s.committed(false, true, true)
 	}
 	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -38,6 +39,13 @@ type Options struct {
 	// file, DIR/registry.db (boltkv). Open takes it over: Store.Close, or a
 	// failed Open, closes it.
 	Engine kv.DB
+	// Cluster, for tests and engines, shares the store's in-memory views
+	// with other nodes (cluster.go): default: the engine, when it
+	// implements kv.Cluster; nil and an engine that does not: a single node.
+	Cluster kv.Cluster
+	// Logger receives the store's warnings (a failed cluster publish).
+	// Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is the open index.
@@ -60,6 +68,8 @@ type Store struct {
 	collect chan struct{}
 	// useBuilt caches that cache_by_use is complete (cache_use.go).
 	useBuilt atomic.Bool
+	// cluster is set when other nodes share the engine (cluster.go).
+	cluster *clusterState
 }
 
 // ErrLocked means another process holds the database.
@@ -131,6 +141,10 @@ func Open(dir string, o Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := st.joinClusterOf(o); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -191,8 +205,30 @@ func (st *Store) setUpSchema() error {
 	return nil
 }
 
-// Close closes the engine.
-func (s *Store) Close() error { return s.db.Close() }
+// joinClusterOf joins the cluster the options or the engine name, if any,
+// once the schema is in place.
+func (s *Store) joinClusterOf(o Options) error {
+	c := o.Cluster
+	if c == nil {
+		c, _ = s.db.(kv.Cluster)
+	}
+	if c == nil {
+		return nil
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := s.joinCluster(c, o.Logger); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// Close leaves the cluster, if any, and closes the engine.
+func (s *Store) Close() error {
+	s.leaveCluster()
+	return s.db.Close()
+}
 
 // Path names where the index lives (kv.DB.Describe): the bbolt file, or the
 // database's DSN without its password.
@@ -239,18 +275,7 @@ func (s *Store) update(auth, cache bool, fn func(tx kv.Tx) error) error {
 		return nil
 	})
 	if err == nil {
-		if auth {
-			s.authGen.Add(1)
-		}
-		if cache {
-			s.cacheGen.Add(1)
-		}
-		if work {
-			select {
-			case s.collect <- struct{}{}:
-			default:
-			}
-		}
+		s.committed(auth, cache, work)
 	}
 	return err
 }

@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"registryd/internal/clusterjob"
+	"registryd/maven"
+	"registryd/store"
+	"registryd/upstream"
+)
+
+// Several nodes on one index (store.Clustered): a herd of misses for one
+// file spread over the nodes makes one upstream request for the whole
+// cluster. Each node keeps exactly one deduplication layer of its own, the
+// flight (flight.go); the fill lease is the cluster's layer over it: a
+// flight's fill takes the lease "fill:<upstream id>:<path>" before it asks
+// the upstream, and then reads the entry again. When another node stored
+// the file meanwhile (or, for a revalidation, checked it: the entry is
+// fresh again), the flight asks nothing and ends "filled elsewhere": its
+// clients are served that entry, as a hit would serve it (a blob stored by
+// another node comes through the blobs layer). The lease is given back at
+// the end of the fill, after its entry is committed (or the fill failed);
+// a node that dies loses its leases at once, so a waiting node then takes
+// the lease, finds no entry, and asks the upstream itself.
+//
+// On a single node no lease is taken and the entry is not read again:
+// fills behave exactly as they always have.
+
+// flightElsewhere is a flight that found its file stored (or revalidated)
+// by another node of the cluster once it held the fill lease: no upstream
+// was asked; result() returns the entry to serve. It extends flightKind
+// (flight.go).
+const flightElsewhere = flightFailed + 1
+
+// leaseError is a fill that could not take (or check under) its cluster
+// lease: the index is unavailable. The upstream is not asked unguarded,
+// which would let every node of a herd ask it; the client gets 503.
+type leaseError struct{ err error }
+
+func (e *leaseError) Error() string { return "cluster fill lease: " + e.err.Error() }
+func (e *leaseError) Unwrap() error { return e.err }
+
+const leaseReason = "the index database is unavailable (cluster fill lease)"
+
+var errLeaseAnswer = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - "+leaseReason)
+
+func isLeaseError(err error) bool {
+	var le *leaseError
+	return errors.As(err, &le)
+}
+
+func noUnlock() {}
+
+// fillKey names the cluster lease of a flight's upstream request.
+func fillKey(f *flight) string {
+	return "fill:" + strconv.FormatInt(f.up.id, 10) + ":" + f.key.rel
+}
+
+// leaseFill takes f's cluster lease (a single node: nothing to take) and
+// reads f's entry again under it. done means the flight is decided and
+// finished here (filled elsewhere, or a lease failure) and the fill must
+// not go on; otherwise unlock gives the lease back at the fill's end.
+func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
+	if !s.st.Clustered() {
+		return noUnlock, false
+	}
+	// The wait has its own fill timeout: a fill that waited for another
+	// node's (failed) fill still has the whole of its own.
+	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
+	defer cancel()
+	key := fillKey(f)
+	unlock, ok, err := s.st.TryLease(ctx, key)
+	if err == nil && !ok {
+		s.met.leaseWaits.Inc()
+		unlock, err = s.st.Lease(ctx, key)
+	}
+	if err != nil {
+		s.leaseFailed(f, err)
+		return noUnlock, true
+	}
+	e, err := s.st.CacheEntry(f.up.id, f.relSlash)
+	switch {
+	case err == nil:
+		kind := maven.Artifact
+		if maven.IsMetadata(f.key.rel) {
+			kind = maven.MetadataKind
+		}
+		if store.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) {
+			unlock()
+			s.met.filledElsewhere.Inc()
+			f.decide(flightElsewhere, nil)
+			f.finish(e, nil)
+			return noUnlock, true
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		unlock()
+		s.leaseFailed(f, err)
+		return noUnlock, true
+	}
+	return unlock, false
+}
+
+// leaseFailed ends a flight whose lease (or the read under it) failed.
+func (s *Server) leaseFailed(f *flight, err error) {
+	if s.fillCtx.Err() != nil {
+		err = errShutdown
+	} else {
+		s.log.Warn("cluster: no fill lease; the upstream is not asked", "upstream", f.up.id, "path", f.relSlash,
+			"err", err)
+		err = &leaseError{err}
+	}
+	f.decide(flightFailed, err)
+	f.finish(store.CacheEntry{}, nil)
+}
+
+// serveElsewhere answers x with the entry another node stored for its
+// file (a flightElsewhere's), from upstream up. The entry is served as a
+// hit would serve it; its blob missing here too means it went meanwhile,
+// and the client gets 503 rather than a fetch that would find the entry
+// again.
+func (s *Server) serveElsewhere(x *exchange, up *upstreamView, f *flight) error {
+	e, _ := f.result()
+	f.release()
+	x.res, x.up = resJoin, up.id
+	err := s.serveEntry(x, newEntryView(s, up, x.path.EntryRel(), e))
+	if errors.Is(err, errBlobGone) {
+		return errElsewhereGone
+	}
+	return err
+}
+
+var errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
+	"503 Service Unavailable - the file was stored by another node and could not be read; try again")
+
+// Scheduled jobs that run once per cluster (clusterjob): the download-count
+// flush stays per node, its counts being added.
+const (
+	jobCollect = "collect"
+	jobEvict   = "evict"
+)
+
+// jobLease takes the lease of one round of job (see clusterjob.Try).
+func (s *Server) jobLease(job string) (unlock func(), run bool, err error) {
+	return clusterjob.Try(s.st, job, s.met.jobSkipped, s.log)
+}
+
+// upstreamURLs remembers the url of each upstream as the last registry
+// view saw it. The health tracker (upstream.Health) is keyed by upstream
+// id but judges a server: when an upstream's url changes, what its
+// predecessor did says nothing. The admin API forgets the health on the
+// node that made the change; the other nodes of a cluster see the change
+// as their views reload (the cache generation moves), and forget it here.
+type upstreamURLs struct {
+	mu sync.Mutex
+	m  map[int64]string
+}
+
+func (u *upstreamURLs) note(h *upstream.Health, id int64, url string) {
+	u.mu.Lock()
+	old, seen := u.m[id]
+	if !seen || old != url {
+		if u.m == nil {
+			u.m = map[int64]string{}
+		}
+		u.m[id] = url
+	}
+	u.mu.Unlock()
+	if seen && old != url {
+		h.Forget(id)
+	}
+}
