@@ -41,7 +41,7 @@ func main() {
 	var only string
 	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds per comparison (medians are reported)")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one load run")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..h, purge); default all")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..h, k, purge); default all")
 	flag.StringVar(&o.out, "out", "bench/out/latest.json", "where to write the JSON results")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.IntVar(&o.scaleN, "scale-entries", 1_000_000, "cache entries for the scale scenario")
@@ -165,6 +165,7 @@ func run(o options) error {
 		{"h", b.accessLogCost, "cache-hit requests/s with the access log on (to a file) vs off"},
 		{"purge", b.purge, "hit latency while a registry of 100k entries is purged and collected"},
 		{"f", b.scale, "1M cache entries: hit rate, start-up, searches"},
+		{"k", b.cluster, "cluster (PostgreSQL + MinIO, two nodes): hit of a file filled on another node, cross-node miss"},
 	}
 	for _, s := range scenarios {
 		if b.o.only != nil && !b.o.only[s.id] {

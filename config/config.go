@@ -44,6 +44,8 @@ func (p Plan) rank() int {
 // Config is the whole configuration. Every field's default is in Default().
 type Config struct {
 	Data      Data      `yaml:"data"`
+	Store     Store     `yaml:"store"`
+	Blobs     Blobs     `yaml:"blobs"`
 	Proxy     Proxy     `yaml:"proxy"`
 	Admin     Admin     `yaml:"admin"`
 	External  External  `yaml:"external"`
@@ -201,15 +203,20 @@ type Root struct {
 
 // Secrets configures encryption of upstream passwords at rest.
 type Secrets struct {
-	// Key is a base64 or hex encoded 32-byte AES key. Default "": DATA_DIR/secrets.key,
-	// created on first start.
+	// Key is a base64 or hex encoded 32-byte AES key. Default "": KeyFile,
+	// else DATA_DIR/secrets.key, created on first start. A cluster
+	// (store.backend postgres) needs Key or KeyFile: every node must use the same.
 	Key string `yaml:"key"`
+	// KeyFile is a file holding the key (hex or base64), for a secret
+	// mounted as a file; set Key or KeyFile, not both. Default "".
+	KeyFile string `yaml:"key_file"`
 }
 
 // Gateway configures the proof a gateway upload must carry.
 type Gateway struct {
 	// Secret signs Svc-Gateway-Api-Request JWTs (HS256). Default "": DATA_DIR/gateway.secret,
-	// created on first start.
+	// created on first start. A cluster (store.backend postgres) needs it set: every node
+	// must verify the same tokens.
 	Secret string `yaml:"secret"`
 }
 
@@ -302,7 +309,9 @@ type Log struct {
 // Default returns the embedded defaults.
 func Default() Config {
 	return Config{
-		Data: Data{Dir: "./data"},
+		Data:  Data{Dir: "./data"},
+		Store: Store{Backend: StoreBolt, Postgres: Postgres{MaxConns: 16, RecheckInterval: 2 * time.Second}},
+		Blobs: Blobs{Backend: BlobsDisk, S3: S3{LocalCacheBytes: 10 * GiB, OrphanGrace: time.Hour}},
 		Proxy: Proxy{
 			Listen:            ":8080",
 			HeaderTimeout:     10 * time.Second,
@@ -563,6 +572,7 @@ func (c Config) Validate() error {
 	default:
 		add("log.format (REGISTRYD_LOG_FORMAT): %q must be text or json", c.Log.Format)
 	}
+	c.validateCluster(add)
 	if c.Proxy.AccessLogPath != "" {
 		// A path with access_log false is allowed: switching the log off
 		// from the environment must not require editing the file.

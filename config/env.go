@@ -50,15 +50,28 @@ func envFields(cfg *Config) map[string]reflect.Value {
 	out := map[string]reflect.Value{}
 	root := reflect.ValueOf(cfg).Elem()
 	for i := 0; i < root.NumField(); i++ {
-		section := yamlName(root.Type().Field(i))
-		sv := root.Field(i)
-		for j := 0; j < sv.NumField(); j++ {
-			key := yamlName(sv.Type().Field(j))
-			out["REGISTRYD_"+strings.ToUpper(section)+"_"+strings.ToUpper(key)] = sv.Field(j)
-		}
+		addEnvFields(out, "REGISTRYD_"+strings.ToUpper(yamlName(root.Type().Field(i))), root.Field(i))
 	}
 	return out
 }
+
+// addEnvFields names every setting of the section sv under prefix; a
+// subsection (store.postgres) adds its name to the prefix:
+// REGISTRYD_STORE_POSTGRES_DSN.
+func addEnvFields(out map[string]reflect.Value, prefix string, sv reflect.Value) {
+	for j := 0; j < sv.NumField(); j++ {
+		name := prefix + "_" + strings.ToUpper(yamlName(sv.Type().Field(j)))
+		if isSubsection(sv.Field(j)) {
+			addEnvFields(out, name, sv.Field(j))
+			continue
+		}
+		out[name] = sv.Field(j)
+	}
+}
+
+// isSubsection reports whether a setting's field is a group of settings of
+// its own (a struct) rather than one value.
+func isSubsection(f reflect.Value) bool { return f.Kind() == reflect.Struct }
 
 func keysOf(m map[string]reflect.Value) []string {
 	out := make([]string, 0, len(m))

@@ -35,34 +35,52 @@ func TestExampleFile(t *testing.T) {
 	}
 	root := doc.Content[0]
 	var named []string
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		section, settings := root.Content[i].Value, root.Content[i+1]
-		if settings.Kind != yaml.MappingNode {
-			t.Errorf("section %s has no settings", section)
-			continue
-		}
+	// walk checks the settings of one section (or subsection, such as
+	// store.postgres, whose key also needs a comment) and names them.
+	var walk func(prefix string, settings *yaml.Node)
+	walk = func(prefix string, settings *yaml.Node) {
 		for j := 0; j+1 < len(settings.Content); j += 2 {
 			k, v := settings.Content[j], settings.Content[j+1]
-			name := section + "." + k.Value
-			named = append(named, name)
+			name := prefix + "." + k.Value
 			if strings.TrimSpace(k.HeadComment+k.LineComment+v.LineComment) == "" {
 				t.Errorf("%s has no comment", name)
 			}
 			if strings.Count(strings.TrimSpace(k.HeadComment), "\n") > 0 {
 				t.Errorf("%s: the comment is more than one line:\n%s", name, k.HeadComment)
 			}
+			if v.Kind == yaml.MappingNode {
+				walk(name, v)
+				continue
+			}
+			named = append(named, name)
 			if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
 				t.Errorf("%s has no value: write the default", name)
 			}
 		}
 	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		section, settings := root.Content[i].Value, root.Content[i+1]
+		if settings.Kind != yaml.MappingNode {
+			t.Errorf("section %s has no settings", section)
+			continue
+		}
+		walk(section, settings)
+	}
 	var fields []string
+	var leaves func(prefix string, sec reflect.Type)
+	leaves = func(prefix string, sec reflect.Type) {
+		for j := 0; j < sec.NumField(); j++ {
+			f := sec.Field(j)
+			if f.Type.Kind() == reflect.Struct {
+				leaves(prefix+"."+yamlName(f), f.Type)
+				continue
+			}
+			fields = append(fields, prefix+"."+yamlName(f))
+		}
+	}
 	c := reflect.TypeOf(Config{})
 	for i := 0; i < c.NumField(); i++ {
-		sec := c.Field(i)
-		for j := 0; j < sec.Type.NumField(); j++ {
-			fields = append(fields, yamlName(sec)+"."+yamlName(sec.Type.Field(j)))
-		}
+		leaves(yamlName(c.Field(i)), c.Field(i).Type)
 	}
 	for _, f := range fields {
 		if !slices.Contains(named, f) {

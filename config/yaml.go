@@ -67,33 +67,49 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 			at(val, "%s: expected settings under it (one \"key: value\" a line), got %s", name, describe(val))
 			continue
 		}
-		settings := settingFields(sec)
-		seenKey := map[string]int{}
-		for _, e := range entries(val, name+": ", at) {
-			k, v := e.key, e.val
-			f, ok := settings[k.Value]
-			if !ok || k.Kind != yaml.ScalarNode {
-				at(k, "%s: unknown setting %q%s", name, k.Value, suggestSetting(cfg, name, k.Value, keysOf(settings)))
-				continue
-			}
-			if line, dup := seenKey[k.Value]; dup {
-				at(k, "%s.%s is set twice (also on line %d)", name, k.Value, line)
-				continue
-			}
-			seenKey[k.Value] = k.Line
-			if isNull(v) {
-				continue
-			}
-			if v.Kind != yaml.ScalarNode {
-				at(v, "%s.%s: expected one value, got %s", name, k.Value, describe(v))
-				continue
-			}
-			if err := setNode(f, v); err != nil {
-				at(v, "%s.%s: %v", name, k.Value, err)
-			}
-		}
+		applySettings(cfg, name, val, sec, at)
 	}
 	return p, nil
+}
+
+// applySettings overlays the mapping val onto the section (or subsection)
+// sec, named name ("store", "store.postgres"). A setting that is itself a
+// group of settings (store.postgres) takes a mapping and is walked the same
+// way.
+func applySettings(cfg *Config, name string, val *yaml.Node, sec reflect.Value, at func(*yaml.Node, string, ...any)) {
+	settings := settingFields(sec)
+	seenKey := map[string]int{}
+	for _, e := range entries(val, name+": ", at) {
+		k, v := e.key, e.val
+		f, ok := settings[k.Value]
+		if !ok || k.Kind != yaml.ScalarNode {
+			at(k, "%s: unknown setting %q%s", name, k.Value, suggestSetting(cfg, name, k.Value, keysOf(settings)))
+			continue
+		}
+		if line, dup := seenKey[k.Value]; dup {
+			at(k, "%s.%s is set twice (also on line %d)", name, k.Value, line)
+			continue
+		}
+		seenKey[k.Value] = k.Line
+		if isNull(v) {
+			continue
+		}
+		if isSubsection(f) {
+			if v.Kind != yaml.MappingNode {
+				at(v, "%s.%s: expected settings under it (one \"key: value\" a line), got %s", name, k.Value, describe(v))
+				continue
+			}
+			applySettings(cfg, name+"."+k.Value, v, f, at)
+			continue
+		}
+		if v.Kind != yaml.ScalarNode {
+			at(v, "%s.%s: expected one value, got %s", name, k.Value, describe(v))
+			continue
+		}
+		if err := setNode(f, v); err != nil {
+			at(v, "%s.%s: %v", name, k.Value, err)
+		}
+	}
 }
 
 type entry struct{ key, val *yaml.Node }

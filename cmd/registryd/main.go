@@ -41,6 +41,9 @@ const usage = `registryd: a Maven caching proxy and virtual registry with a GitL
 
 Usage:
   registryd serve [--config FILE]   start the daemon (FILE may also come from REGISTRYD_CONFIG)
+  registryd migrate --from DATA_DIR --config FILE
+                                    copy a single node's index and blobs into the cluster FILE
+                                    configures (docs/scale-out.md)
   registryd version                 print the version
   registryd help                    print this help
 
@@ -67,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "migrate":
+		return runMigrate(args[1:], stdout, stderr)
 	case "serve":
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -209,11 +214,33 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	if cfg.Clustered() {
+		// bbolt's file lock keeps a second process off a single node's
+		// data.dir; a cluster node keeps only tmp/ and its local tier
+		// there, which a second node on the same directory would clear.
+		unlock, err := lockDataDir(cfg.Data.Dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	key, err := secretKey(cfg)
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(cfg.Data.Dir, store.Options{SecretKey: key})
+	logBackends(log, cfg)
+	engine, err := openEngine(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	var probe *dbProbe
+	if engine != nil {
+		probe = newDBProbe(engine)
+		// Deferred before the store's Close, so it runs after it.
+		// TODO(lead): drop this if store.Close closes an Engine it was given.
+		defer engine.Close()
+	}
+	st, err := openStore(cfg.Data.Dir, key, engine)
 	if err != nil {
 		return err
 	}
@@ -248,7 +275,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	// Temp files of fills cut short by a crash go first; then blob files
 	// that no entry refers to (a crash between a collector commit and its
 	// unlink) are removed.
-	blobs, err := store.OpenBlobs(cfg.Data.Dir)
+	blobs, err := openBlobs(ctx, cfg, st)
 	if err != nil {
 		return err
 	}
@@ -285,6 +312,10 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 			return errors.New("store closed")
 		case !listening.Load():
 			return errors.New("listeners not serving")
+		case probe != nil:
+			// A node without its index can serve no miss and no admin
+			// request: out of rotation until the database answers.
+			return probe.Err()
 		}
 		return nil
 	}
@@ -389,10 +420,13 @@ func redirects(n int) int {
 	return n
 }
 
-// secretKey is the configured key, or DATA_DIR/secrets.key created on first start.
+// secretKey is the configured key (secrets.key or secrets.key_file), or
+// DATA_DIR/secrets.key created on first start. A cluster always has one
+// configured (config.Validate): a key per node would differ.
 func secretKey(cfg config.Config) ([]byte, error) {
-	if cfg.Secrets.Key != "" {
-		return config.DecodeKey(cfg.Secrets.Key)
+	key, err := cfg.Secrets.SecretKey()
+	if err != nil || key != nil {
+		return key, err
 	}
 	return store.LoadOrCreateSecret(cfg.Path("secrets.key"), 32)
 }
@@ -428,6 +462,10 @@ func bootstrapRoot(cfg config.Config, st *store.Store, log *slog.Logger) error {
 		return fmt.Errorf("creating the root user: %w", err)
 	}
 	switch {
+	case !created && cfg.Root.Token == "":
+		// Another node of the cluster created root first: the token just
+		// written is no one's, and must not be mistaken for root's.
+		_ = os.Remove(path)
 	case !created:
 	case cfg.Root.Token != "":
 		log.Info("created the admin user root with the token from REGISTRYD_ROOT_TOKEN")
