@@ -21,6 +21,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"registryd/store"
 	"sort"
 	"strings"
 	"sync"
@@ -90,12 +92,9 @@ type Options struct {
 	Log io.Writer
 }
 
-// DefaultBlobKey is the blob's path under DATA_DIR/blobs, which is its key
-// in the bucket: sha256/ab/cd/abcd....
-// TODO(lead): must equal the key store.OpenBlobsRemote reads (helper "s3").
-func DefaultBlobKey(sha string) string {
-	return "sha256/" + sha[0:2] + "/" + sha[2:4] + "/" + sha
-}
+// DefaultBlobKey is the blob's key in the bucket, the one every node reads
+// (store.ObjectKey): sha256/ab/cd/abcd....
+func DefaultBlobKey(sha string) string { return store.ObjectKey(sha) }
 
 // BucketSum is one bucket's figures on one side.
 type BucketSum struct {

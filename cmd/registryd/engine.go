@@ -1,7 +1,3 @@
-//go:build merged
-
-// TODO(lead): at the merge, delete engine_standin.go and the build line above.
-
 package main
 
 import (

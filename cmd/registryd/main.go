@@ -235,10 +235,9 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}
 	var probe *dbProbe
 	if engine != nil {
+		// The store owns the engine from here: its Close, or a failed
+		// Open, closes it.
 		probe = newDBProbe(engine)
-		// Deferred before the store's Close, so it runs after it.
-		// TODO(lead): drop this if store.Close closes an Engine it was given.
-		defer engine.Close()
 	}
 	st, err := openStore(cfg.Data.Dir, key, engine)
 	if err != nil {

@@ -100,7 +100,14 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 	if err != nil {
 		return err
 	}
-	defer dst.Close()
+	// The store takes the engine over at the last check below (its Close, or
+	// a failed Open, closes it); until then this function closes it.
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			dst.Close()
+		}
+	}()
 	objs, err := openObjects(ctx, cfg)
 	if err != nil {
 		return err
@@ -117,12 +124,11 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 	}
 	// The cluster opens the copy with its key (what every node does at
 	// start), the last check.
+	handedOver = true
 	cst, err := openStore(cfg.Data.Dir, key, dst)
 	if err != nil {
 		return fmt.Errorf("the copied index does not open with the cluster's configuration: %w", err)
 	}
-	// TODO(lead): if store.Close closes the Engine it was given, the
-	// deferred dst.Close above closes it twice: drop one.
 	return cst.Close()
 }
 
