@@ -343,6 +343,17 @@ func (c Config) validateCluster(add func(string, ...any)) {
 		add("blobs.s3.orphan_grace must be at least 1m (an object is uploaded before the entry that refers to it is committed), got %s", s3.OrphanGrace)
 	}
 	if c.Blobs.Backend == BlobsS3 {
+		// The evictor measures this node's disk, which with a bucket holds
+		// only the local tier: it would delete entries of the whole cluster
+		// to make room on one node.
+		if c.Cache.MaxBytes > 0 {
+			add("cache.max_bytes is the disk budget of a single node's blob store; with blobs.backend s3 the local tier is bounded " +
+				"by blobs.s3.local_cache_bytes and the bucket by cleanup policies: unset cache.max_bytes")
+		}
+		if c.Cache.MinFreeFraction > 0 {
+			add("cache.min_free_fraction evicts entries to free a single node's disk; with blobs.backend s3 the local tier is bounded " +
+				"by blobs.s3.local_cache_bytes: unset cache.min_free_fraction")
+		}
 		if c.Store.Backend == StoreBolt {
 			add("blobs.backend is s3 but store.backend is bolt: a second node on the same bucket would keep its own index " +
 				"and delete this node's objects as orphans (and this node its); set store.backend to postgres (one index for every node of the bucket)")

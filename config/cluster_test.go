@@ -128,6 +128,8 @@ func TestClusterConfigProblems(t *testing.T) {
 			[]string{"blobs.s3.local_cache_bytes (REGISTRYD_BLOBS_S3_LOCAL_CACHE_BYTES) must be a positive size, got 0"}},
 		{"orphan_grace", func(c *Config) { c.Blobs.S3.OrphanGrace = time.Second },
 			[]string{"blobs.s3.orphan_grace must be at least 1m"}},
+		{"a disk budget with a bucket", func(c *Config) { c.Cache.MaxBytes = 1 << 30; c.Cache.MinFreeFraction = 0.1 },
+			[]string{"cache.max_bytes is the disk budget of a single node's blob store", "cache.min_free_fraction evicts entries to free a single node's disk"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
