@@ -99,8 +99,8 @@ func PostgresPrivate(t testing.TB) *PG {
 	return pg
 }
 
-// StopAll stops every server this package started and removes their
-// directories. Call it from TestMain after m.Run.
+// StopAll stops every server this package started (PostgreSQL and MinIO)
+// and removes their directories. Call it from TestMain after m.Run.
 func StopAll() {
 	pgMu.Lock()
 	all := pgAll
@@ -110,6 +110,7 @@ func StopAll() {
 	for _, pg := range all {
 		pg.remove()
 	}
+	StopAllMinIO()
 }
 
 var errNoBinaries = errors.New("PostgreSQL server binaries not found")
