@@ -35,18 +35,18 @@ func clusterEnv(t *testing.T, pg *testsvc.PG, s3 *testsvc.S3) map[string]string 
 	key := make([]byte, 32)
 	rand.Read(key)
 	return map[string]string{
-		"REGISTRYD_STORE_BACKEND":               "postgres",
-		"REGISTRYD_STORE_POSTGRES_DSN":          pg.NewDatabase(t),
-		"REGISTRYD_BLOBS_BACKEND":               "s3",
-		"REGISTRYD_BLOBS_S3_ENDPOINT":           s3.Endpoint,
-		"REGISTRYD_BLOBS_S3_BUCKET":             s3.NewBucket(t),
-		"REGISTRYD_BLOBS_S3_REGION":             "us-east-1",
-		"REGISTRYD_BLOBS_S3_ACCESS_KEY_ID":      s3.AccessKey,
-		"REGISTRYD_BLOBS_S3_SECRET_ACCESS_KEY":  s3.SecretKey,
-		"REGISTRYD_BLOBS_S3_PATH_STYLE":         "true",
-		"REGISTRYD_BLOBS_S3_LOCAL_CACHE_BYTES":  "67108864",
-		"REGISTRYD_SECRETS_KEY":                 hex.EncodeToString(key),
-		"REGISTRYD_GATEWAY_SECRET":              "a-cluster-gateway-secret-of-40-characters",
+		"REGISTRYD_STORE_BACKEND":                   "postgres",
+		"REGISTRYD_STORE_POSTGRES_DSN":              pg.NewDatabase(t),
+		"REGISTRYD_BLOBS_BACKEND":                   "s3",
+		"REGISTRYD_BLOBS_S3_ENDPOINT":               s3.Endpoint,
+		"REGISTRYD_BLOBS_S3_BUCKET":                 s3.NewBucket(t),
+		"REGISTRYD_BLOBS_S3_REGION":                 "us-east-1",
+		"REGISTRYD_BLOBS_S3_ACCESS_KEY_ID":          s3.AccessKey,
+		"REGISTRYD_BLOBS_S3_SECRET_ACCESS_KEY":      s3.SecretKey,
+		"REGISTRYD_BLOBS_S3_PATH_STYLE":             "true",
+		"REGISTRYD_BLOBS_S3_LOCAL_CACHE_BYTES":      "67108864",
+		"REGISTRYD_SECRETS_KEY":                     hex.EncodeToString(key),
+		"REGISTRYD_GATEWAY_SECRET":                  "a-cluster-gateway-secret-of-40-characters",
 		"REGISTRYD_STORE_POSTGRES_RECHECK_INTERVAL": "1s",
 	}
 }
