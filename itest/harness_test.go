@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"registryd/internal/testsvc"
 )
 
 // binary is the registryd built once for the whole package.
@@ -51,6 +53,8 @@ func TestMain(m *testing.M) {
 	}
 	registerSecret("root token", rootToken)
 	code := m.Run()
+	// The cluster suite's PostgreSQL and MinIO servers live for the whole run.
+	testsvc.StopAll()
 	// Every daemon ran at debug level; none may have logged a credential
 	// the suite used, in any line.
 	if leaks := checkSecrets(os.Stderr, logDir); leaks > 0 {
