@@ -418,7 +418,7 @@ func TestClusterServicesRestart(t *testing.T) {
 			}
 		}
 	}
-	outage("postgres", c.pg.Stop, c.pg.Start)
+	outage("postgres", c.pg.Stop, func() { c.pg.Start(t) })
 	outage("s3", c.s3.Stop, c.s3.Start)
 	for _, d := range c.nodes {
 		if res := d.Do("GET", "/-/readiness", "", nil); res.Status != 200 {
