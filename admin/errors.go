@@ -86,6 +86,10 @@ func toHTTP(err error) *httpError {
 		return badRequest(sbe.Reason)
 	case errors.As(err, &ae):
 		return badRequest(ae.Reason)
+	case errors.Is(err, store.ErrUnavailable):
+		// The index's database is down or unreachable (a cluster node):
+		// retry later; nothing was changed.
+		return message(http.StatusServiceUnavailable, "503 Service Unavailable - the index database is unavailable")
 	case store.IsDiskFull(err):
 		// A write that the data volume could not take (an index commit,
 		// mostly): the admin's to fix, not a bug of ours.

@@ -273,6 +273,11 @@ type fillError struct{ err error }
 func (e *fillError) Error() string { return "fill failed: " + e.err.Error() }
 func (e *fillError) Unwrap() error { return e.err }
 
+// errIndexUnavailable answers a request the index's database could not
+// serve (PostgreSQL down or unreachable): the client may retry, and no
+// answer about the file (a 404) is made up.
+var errIndexUnavailable = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - the index database is unavailable")
+
 // toAPI maps an error to its answer. It is the one place where errors become
 // HTTP on the proxy listener; nil means an unexpected error (500).
 func toAPI(err error) *apiError {
@@ -294,6 +299,8 @@ func toAPI(err error) *apiError {
 		return errLeaseAnswer
 	case store.IsDiskFull(err):
 		return errInsufficientStorage
+	case errors.Is(err, store.ErrUnavailable):
+		return errIndexUnavailable
 	case errors.Is(err, objects.ErrUnavailable):
 		// A local miss the bucket could not serve (objectStoreError), or an
 		// upload to it that failed.

@@ -4,7 +4,14 @@ import (
 	"errors"
 	"sort"
 	"strings"
+
+	"registryd/store/kv"
 )
+
+// ErrUnavailable is matched by every failure of the index's engine itself
+// (kv.ErrUnavailable: its database is down, unreachable or timed out), as
+// opposed to an answer about the records. The listeners answer 503.
+var ErrUnavailable = kv.ErrUnavailable
 
 // ErrNotFound is matched by every not-found error of the store.
 var ErrNotFound = errors.New("not found")

@@ -61,6 +61,12 @@ func (t *tx) writeErr() error {
 
 func (t *tx) Writable() bool { return t.writable }
 
+// dead is the bucket a failed transaction answers with: every read of it
+// returns nil and every write the transaction's error. Answering nil
+// instead would turn the store's tx.Bucket(name).Get(...) into a nil
+// dereference; the transaction's error is what View or Update return.
+func (t *tx) dead() *bucket { return &bucket{t: t, id: -1} }
+
 func (t *tx) Bucket(name []byte) kv.Bucket {
 	if b := t.lookup(name); b != nil {
 		return b
@@ -69,8 +75,11 @@ func (t *tx) Bucket(name []byte) kv.Bucket {
 }
 
 func (t *tx) lookup(name []byte) *bucket {
-	if !t.usable() || len(name) == 0 {
+	if len(name) == 0 {
 		return nil
+	}
+	if !t.usable() {
+		return t.dead()
 	}
 	if b, ok := t.buckets[string(name)]; ok {
 		return b
@@ -93,7 +102,7 @@ func (t *tx) lookup(name []byte) *bucket {
 	}
 	if err != nil {
 		t.fail(err)
-		return nil
+		return t.dead()
 	}
 	// Seen in this snapshot: committed, so any later transaction sees it.
 	t.db.rememberBuckets([]namedID{{string(name), id}})
