@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -427,5 +429,62 @@ func TestClusterServicesRestart(t *testing.T) {
 		if res := d.Do("GET", "/-/readiness", "", nil); res.Status != 200 {
 			t.Fatalf("readiness after recovery: %d %s", res.Status, res.Body)
 		}
+	}
+}
+
+// TestClusterMigrate moves a single node (bbolt, blobs on disk) into a
+// cluster with `registryd migrate`: refused with another key, verified,
+// idempotent when run again, and the cluster then serves the node's cached
+// file and accepts its tokens without asking the upstream.
+func TestClusterMigrate(t *testing.T) {
+	pg, s3 := testsvc.Postgres(t), testsvc.MinIO(t)
+	env := clusterEnv(t, pg, s3)
+	single := Start(t, map[string]string{"REGISTRYD_SECRETS_KEY": env["REGISTRYD_SECRETS_KEY"]})
+	f := single.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	up := newPxUpstream(t)
+	body := pxBody("migrate", 300<<10)
+	up.set(pxJar, pxFile{body: body})
+	f.Upstream(reg, up.URL, nil)
+	_, tok := f.User("bob", true, "read_virtual_registry")
+	single.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", tok).Expect(t, 200)
+	single.pxGet(t, reg, pxJar+".sha1", "PRIVATE-TOKEN", tok).Expect(t, 200)
+	single.Stop()
+
+	migrate := func(override map[string]string) (string, error) {
+		cmd := exec.Command(binary, "migrate", "--from", single.DataDir)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REGISTRYD_DATA_DIR=" + t.TempDir()}
+		for k, v := range env {
+			if o, ok := override[k]; ok {
+				v = o
+			}
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	other := make([]byte, 32)
+	rand.Read(other)
+	if out, err := migrate(map[string]string{"REGISTRYD_SECRETS_KEY": hex.EncodeToString(other)}); err == nil ||
+		!strings.Contains(out, "secrets key") {
+		t.Fatalf("migrate with another installation's key: err %v\n%s", err, out)
+	}
+	out, err := migrate(nil)
+	if err != nil || !strings.Contains(out, "verified") {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	t.Logf("first run:\n%s", out)
+	if out, err := migrate(nil); err != nil || !strings.Contains(out, "verified") || !strings.Contains(out, "1 present already") {
+		t.Fatalf("migrate again: %v\n%s", err, out)
+	}
+
+	c := []*Daemon{Start(t, env), Start(t, env)}
+	for _, d := range c {
+		if got := d.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", tok).Expect(t, 200).Body; !bytes.Equal(got, body) {
+			t.Fatalf("the migrated file on a cluster node: %d bytes", len(got))
+		}
+	}
+	if n := up.calls(pxJar); n != 1 {
+		t.Fatalf("upstream GETs = %d after the move, want 1 (the single node's fill)", n)
 	}
 }
