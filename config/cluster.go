@@ -44,6 +44,10 @@ type Postgres struct {
 	DSNFile string `yaml:"dsn_file"`
 	// MaxConns caps the connections of this node's pool. Default 16.
 	MaxConns int `yaml:"max_conns"`
+	// MaxLocks caps the cluster locks (fill leases, job leases, blob locks)
+	// this node holds or waits for at once; each holds its own connection,
+	// opened when needed, beside the pool. Default 32.
+	MaxLocks int `yaml:"max_locks"`
 	// RecheckInterval is how often a node compares what was published with
 	// what it received, so that a lost notification only delays a change
 	// (tokens revoked, entries deleted) by this much. Default 2s.
@@ -299,6 +303,9 @@ func (c Config) validateCluster(add func(string, ...any)) {
 	pg := c.Store.Postgres
 	if pg.MaxConns < 1 {
 		add("store.postgres.max_conns (REGISTRYD_STORE_POSTGRES_MAX_CONNS) must be at least 1, got %d", pg.MaxConns)
+	}
+	if pg.MaxLocks < 1 {
+		add("store.postgres.max_locks (REGISTRYD_STORE_POSTGRES_MAX_LOCKS) must be at least 1, got %d", pg.MaxLocks)
 	}
 	if pg.RecheckInterval <= 0 {
 		add("store.postgres.recheck_interval must be a positive duration, got %s", pg.RecheckInterval)

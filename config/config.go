@@ -310,7 +310,7 @@ type Log struct {
 func Default() Config {
 	return Config{
 		Data:  Data{Dir: "./data"},
-		Store: Store{Backend: StoreBolt, Postgres: Postgres{MaxConns: 16, RecheckInterval: 2 * time.Second}},
+		Store: Store{Backend: StoreBolt, Postgres: Postgres{MaxConns: 16, MaxLocks: 32, RecheckInterval: 2 * time.Second}},
 		Blobs: Blobs{Backend: BlobsDisk, S3: S3{LocalCacheBytes: 10 * GiB, OrphanGrace: time.Hour}},
 		Proxy: Proxy{
 			Listen:            ":8080",

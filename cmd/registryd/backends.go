@@ -37,6 +37,7 @@ func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (kv.DB
 	db, err := pgkv.Open(ctx, pgkv.Options{
 		DSN:             dsn,
 		MaxConns:        int32(cfg.Store.Postgres.MaxConns),
+		MaxLocks:        int32(cfg.Store.Postgres.MaxLocks),
 		Logger:          log,
 		RecheckInterval: cfg.Store.Postgres.RecheckInterval,
 	})
