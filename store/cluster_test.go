@@ -234,6 +234,7 @@ func TestClusterPublishFailureNeverFailsCommit(t *testing.T) {
 }
 
 func TestLeaseWithoutCluster(t *testing.T) {
+	boltOnly(t, "a store on a shared engine is clustered")
 	s, _ := openTest(t)
 	if s.Clustered() {
 		t.Fatal("a single store says it is clustered")
