@@ -349,7 +349,8 @@ func (pg *PG) stopLocked() {
 		return
 	}
 	pg.stopped = true
-	pg.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
+	signalTree(pg.cmd.Process.Pid, syscall.SIGCONT) // in case it was paused
+	pg.cmd.Process.Signal(syscall.SIGINT)           // fast shutdown
 	select {
 	case <-pg.exited:
 	case <-time.After(30 * time.Second):
@@ -374,6 +375,48 @@ func (pg *PG) Start(t ...testing.TB) {
 		panic("testsvc: restart: " + err.Error())
 	}
 	pg.stopped = false
+}
+
+// Pause freezes the server (SIGSTOP to the postmaster and its children):
+// connections stay open and nothing answers, as with a hung server or a
+// network partition. Resume thaws it.
+func (pg *PG) Pause() { pg.signalAll(syscall.SIGSTOP) }
+
+// Resume thaws a paused server.
+func (pg *PG) Resume() { pg.signalAll(syscall.SIGCONT) }
+
+// signalAll signals the postmaster and its children (each backend calls
+// setsid, so a process group signal would reach the postmaster only).
+func (pg *PG) signalAll(sig syscall.Signal) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.cmd != nil && !pg.stopped {
+		signalTree(pg.cmd.Process.Pid, sig)
+	}
+}
+
+func signalTree(root int, sig syscall.Signal) {
+	syscall.Kill(root, sig) // first: a stopped postmaster forks no more
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so parse after ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == root {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			syscall.Kill(pid, sig)
+		}
+	}
 }
 
 func (pg *PG) remove() {

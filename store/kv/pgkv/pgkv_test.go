@@ -212,6 +212,35 @@ func TestStickyError(t *testing.T) {
 	}
 }
 
+// TestHungServer: with the server frozen, a transaction fails within its
+// statement timeout instead of hanging, and works again once it thaws.
+func TestHungServer(t *testing.T) {
+	pg := testsvc.PostgresPrivate(t)
+	db := openDB(t, Options{DSN: pg.NewDatabase(t), QueryTimeout: 500 * time.Millisecond})
+	if err := db.Update(func(tx kv.Tx) error { _, err := tx.CreateBucketIfNotExists(bk); return err }); err != nil {
+		t.Fatal(err)
+	}
+	pg.Pause()
+	defer pg.Resume()
+	start := time.Now()
+	err := db.View(func(tx kv.Tx) error {
+		if b := tx.Bucket(bk); b != nil {
+			b.Get([]byte("k"))
+		}
+		return nil
+	})
+	if !errors.Is(err, kv.ErrUnavailable) {
+		t.Fatalf("View on a hung server = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("View took %v with a 500ms statement timeout", d)
+	}
+	pg.Resume()
+	if err := db.Update(func(tx kv.Tx) error { return tx.Bucket(bk).Put([]byte("k"), []byte("v")) }); err != nil {
+		t.Fatalf("Update after the thaw: %v", err)
+	}
+}
+
 // TestSerializationRetry makes two Updates read the same key before either
 // writes it: PostgreSQL aborts one, which runs again.
 func TestSerializationRetry(t *testing.T) {
