@@ -257,6 +257,9 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerIndexMetrics(reg, st, engine); err != nil {
+		return err
+	}
 	authSvc := auth.New(st, cfg, nil)
 	upClient := upstream.New(upstream.Options{
 		AllowLocalNetwork: cfg.Upstreams.AllowLocalNetwork,
