@@ -202,6 +202,12 @@ func TestClusterHerd(t *testing.T) {
 	if got := up.calls(pxJar); got != 1 {
 		t.Fatalf("upstream GETs = %d for %d concurrent misses on 3 nodes, want 1", got, n)
 	}
+	// Every lease was given back (each holds a PostgreSQL connection).
+	for i, d := range c.nodes {
+		eventually(t, 10*time.Second, fmt.Sprintf("node %d's leases released", i), func() bool {
+			return bytes.Contains(d.Do("GET", "/metrics", "", nil).Expect(t, 200).Body, []byte("\nregistryd_cluster_locks_held 0\n"))
+		})
+	}
 }
 
 // TestClusterRevocation: a token revoked or a cache entry deleted on A stops
