@@ -494,3 +494,53 @@ func TestClusterMigrate(t *testing.T) {
 		t.Fatalf("upstream GETs = %d after the move, want 1 (the single node's fill)", n)
 	}
 }
+
+// TestClusterMergedMetadata: maven-metadata.xml merged from two upstreams on
+// node A is answered on node B from the documents in the bucket: no
+// upstream is asked again and no entry is dropped.
+func TestClusterMergedMetadata(t *testing.T) {
+	c := startCluster(t, 2, nil)
+	a, b := c.nodes[0], c.nodes[1]
+	f := a.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	const meta = "org/example/lib/maven-metadata.xml"
+	doc := func(versions ...string) []byte {
+		v := ""
+		for _, x := range versions {
+			v += "<version>" + x + "</version>"
+		}
+		return []byte(`<?xml version="1.0" encoding="UTF-8"?><metadata><groupId>org.example</groupId><artifactId>lib</artifactId>` +
+			`<versioning><latest>` + versions[len(versions)-1] + `</latest><release>` + versions[len(versions)-1] +
+			`</release><versions>` + v + `</versions><lastUpdated>20260101000000</lastUpdated></versioning></metadata>`)
+	}
+	one, two := newPxUpstream(t), newPxUpstream(t)
+	one.set(meta, pxFile{body: doc("1.0", "1.1")})
+	two.set(meta, pxFile{body: doc("2.0")})
+	ups := []int64{f.Upstream(reg, one.URL, nil), f.Upstream(reg, two.URL, nil)}
+
+	merged := a.pxGet(t, reg, meta, "PRIVATE-TOKEN", rootToken).Expect(t, 200).Body
+	for _, v := range []string{"1.0", "1.1", "2.0"} {
+		if !bytes.Contains(merged, []byte("<version>"+v+"</version>")) {
+			t.Fatalf("merged on A lacks %s:\n%s", v, merged)
+		}
+	}
+	// The documents are stored once the merge answered; wait for both
+	// entries, then ask B.
+	eventually(t, 10*time.Second, "both documents stored", func() bool {
+		for _, id := range ups {
+			var es []map[string]any
+			a.Do("GET", "/virtual_registries/packages/maven/upstreams/"+itoa(id)+"/cache_entries", rootToken, nil).Expect(t, 200).JSON(t, &es)
+			if len(es) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	calls := one.calls(meta) + two.calls(meta)
+	if got := b.pxGet(t, reg, meta, "PRIVATE-TOKEN", rootToken).Expect(t, 200).Body; !bytes.Equal(got, merged) {
+		t.Fatalf("B's merge differs from A's:\n%s\n%s", got, merged)
+	}
+	if n := one.calls(meta) + two.calls(meta); n != calls {
+		t.Fatalf("B asked the upstreams %d more times for documents in the bucket", n-calls)
+	}
+}

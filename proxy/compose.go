@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -386,6 +387,11 @@ func (in *docInput) read(s *Server) ([]byte, error) {
 		in.body, err = s.small.load(in.digest, in.blob, in.size)
 	} else {
 		in.body, err = os.ReadFile(in.blob)
+	}
+	if err != nil && s.blobs.Remote() && errors.Is(err, fs.ErrNotExist) {
+		// A cluster node's local tier need not hold the document (evicted,
+		// or filled on another node): it is in the bucket.
+		in.body, err = s.readRemote(in.digest, in.size)
 	}
 	return in.body, err
 }

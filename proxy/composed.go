@@ -26,6 +26,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/objects"
 )
 
 // composedView is a composed answer, kept in memory while its inputs stand.
@@ -303,6 +304,11 @@ func (s *Server) badInput(in *docInput, err error) error {
 			}
 		}
 		return errBlobGone
+	}
+	if errors.Is(err, objects.ErrUnavailable) {
+		// The bucket is away: nothing is wrong with the document, so
+		// nothing is remembered against it.
+		return err
 	}
 	err = docError(err)
 	s.composed.rememberBad(in.digest, err, s.now().Add(s.cfg.Metadata.PartialTTL))

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -140,6 +141,29 @@ func (s *Server) serveFile(x *exchange, v *entryView, f *os.File, start, n int64
 func (s *Server) served(x *exchange, v *entryView, n int64) {
 	s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
 	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
+}
+
+// readRemote reads a whole blob from the bucket (filling the local tier),
+// for the documents merged metadata reads. An object missing or damaged is
+// fs.ErrNotExist, a blob gone as on a single node (the entry is dropped and
+// the document fetched again); an outage stays an objects.ErrUnavailable.
+func (s *Server) readRemote(sha string, size int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), remoteStall)
+	defer cancel()
+	rc, err := s.blobs.OpenRemote(ctx, sha, size)
+	if err == nil {
+		var b []byte
+		b, err = readAllInto(make([]byte, 0, size), rc)
+		rc.Close()
+		if err == nil {
+			s.small.keep(sha, b)
+			return b, nil
+		}
+	}
+	if errors.Is(err, objects.ErrNotFound) || errors.Is(err, store.ErrObjectMismatch) {
+		return nil, fmt.Errorf("%w: %w", fs.ErrNotExist, err)
+	}
+	return nil, err
 }
 
 // readAllInto reads r to its end into b (whose capacity is the expected
