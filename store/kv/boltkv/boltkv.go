@@ -155,29 +155,98 @@ func (b Bucket) Put(key, value []byte) error {
 	if value == nil {
 		return ErrNilValue
 	}
-	return b.b.Put(key, value)
+	return txErr(b.b.Put(key, value))
 }
 
-func (b Bucket) Delete(key []byte) error                  { return b.b.Delete(key) }
-func (b Bucket) Cursor() kv.Cursor                        { return Cursor{b.b.Cursor()} }
+func (b Bucket) Delete(key []byte) error                  { return txErr(b.b.Delete(key)) }
+func (b Bucket) Cursor() kv.Cursor                        { return &Cursor{c: b.b.Cursor()} }
 func (b Bucket) ForEach(fn func(k, v []byte) error) error { return b.b.ForEach(fn) }
-func (b Bucket) NextSequence() (uint64, error)            { return b.b.NextSequence() }
 func (b Bucket) Sequence() uint64                         { return b.b.Sequence() }
-func (b Bucket) SetSequence(v uint64) error               { return b.b.SetSequence(v) }
+func (b Bucket) SetSequence(v uint64) error               { return txErr(b.b.SetSequence(v)) }
 
-// KeyN walks the bucket's pages (bbolt keeps no count).
-func (b Bucket) KeyN() int { return b.b.Stats().KeyN }
+func (b Bucket) NextSequence() (uint64, error) {
+	n, err := b.b.NextSequence()
+	return n, txErr(err)
+}
+
+// KeyN counts the keys. bbolt's page statistics (what a read transaction
+// uses) leave out a write transaction's own changes, so a write
+// transaction counts with a cursor.
+func (b Bucket) KeyN() int {
+	if !b.b.Tx().Writable() {
+		return b.b.Stats().KeyN
+	}
+	n := 0
+	c := b.b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		n++
+	}
+	return n
+}
 
 func (b Bucket) SetFillPercent(f float64) { b.b.FillPercent = f }
 
-// Cursor adapts *bolt.Cursor.
-type Cursor struct{ c *bolt.Cursor }
+// Cursor adapts *bolt.Cursor. After a Delete, bbolt's own cursor can skip
+// the key that follows when the page was changed earlier in the
+// transaction; the adapter instead seeks to the deleted key, which lands on
+// the key after it, and hands that out on the next Next, as the contract
+// says.
+type Cursor struct {
+	c   *bolt.Cursor
+	cur []byte // the key the cursor is at (valid during the transaction)
+	// after is set by Delete: the key (and value) now at the cursor, which
+	// Next returns without moving.
+	deleted       bool
+	after, afterV []byte
+}
 
-var _ kv.Cursor = Cursor{}
+var _ kv.Cursor = (*Cursor)(nil)
 
-func (c Cursor) First() (k, v []byte)          { return c.c.First() }
-func (c Cursor) Last() (k, v []byte)           { return c.c.Last() }
-func (c Cursor) Seek(key []byte) (k, v []byte) { return c.c.Seek(key) }
-func (c Cursor) Next() (k, v []byte)           { return c.c.Next() }
-func (c Cursor) Prev() (k, v []byte)           { return c.c.Prev() }
-func (c Cursor) Delete() error                 { return c.c.Delete() }
+func (c *Cursor) at(k, v []byte) ([]byte, []byte) {
+	c.cur, c.deleted = k, false
+	return k, v
+}
+
+func (c *Cursor) First() (k, v []byte)          { return c.at(c.c.First()) }
+func (c *Cursor) Last() (k, v []byte)           { return c.at(c.c.Last()) }
+func (c *Cursor) Seek(key []byte) (k, v []byte) { return c.at(c.c.Seek(key)) }
+
+func (c *Cursor) Next() (k, v []byte) {
+	if c.deleted {
+		return c.at(c.after, c.afterV)
+	}
+	return c.at(c.c.Next())
+}
+
+func (c *Cursor) Prev() (k, v []byte) {
+	if c.deleted && c.after == nil {
+		// The deleted key was the last: the one before it is now last.
+		return c.at(c.c.Last())
+	}
+	return c.at(c.c.Prev())
+}
+
+func (c *Cursor) Delete() error {
+	if c.deleted {
+		return nil // the key at the cursor is gone already
+	}
+	if c.cur == nil {
+		return c.c.Delete() // bbolt's answer for a cursor at no key
+	}
+	key := append([]byte(nil), c.cur...)
+	if err := c.c.Delete(); err != nil {
+		return txErr(err)
+	}
+	c.after, c.afterV = c.c.Seek(key)
+	c.cur, c.deleted = nil, true
+	return nil
+}
+
+// txErr maps bbolt's errors for a write on a read-only or ended
+// transaction to the contract's.
+func txErr(err error) error {
+	if errors.Is(err, bolt.ErrTxNotWritable) || errors.Is(err, bolt.ErrTxClosed) {
+		return kv.ErrTxClosed
+	}
+	return err
+}

@@ -156,8 +156,14 @@ func TestStickyError(t *testing.T) {
 		if k, _ := b.Cursor().First(); k != nil {
 			t.Errorf("First on a dead transaction = %q", k)
 		}
-		if tx.Bucket([]byte("another")) != nil {
-			t.Error("Bucket on a dead transaction is not nil")
+		// A dead transaction hands out dead buckets, not nil ones: the
+		// store's tx.Bucket(name).Get(...) must not dereference nil.
+		if dead := tx.Bucket([]byte("another")); dead == nil {
+			t.Error("Bucket on a dead transaction is nil")
+		} else if v := dead.Get(k); v != nil {
+			t.Errorf("Get on a dead bucket = %q", v)
+		} else if err := dead.Put(k, []byte("x")); err == nil {
+			t.Error("Put on a dead bucket succeeded")
 		}
 		return errNotFound
 	})
