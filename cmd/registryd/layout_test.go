@@ -25,7 +25,11 @@ func TestLayout(t *testing.T) {
 	}{
 		{"admin", []string{"registryd/proxy", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "admin and proxy are siblings; only store touches bbolt"},
 		{"proxy", []string{"registryd/admin", "go.etcd.io/bbolt"}, "admin and proxy are siblings; only store touches bbolt"},
-		{"store", []string{"net/http", "github.com/valyala/fasthttp", "registryd/auth", "registryd/admin", "registryd/proxy", "registryd/upstream", "registryd/maven", "registryd/sbom", "registryd/activity"}, "store is the lowest floor above config"},
+		{"store", []string{"go.etcd.io/bbolt", "net/http", "github.com/valyala/fasthttp", "registryd/auth", "registryd/admin", "registryd/proxy", "registryd/upstream", "registryd/maven", "registryd/sbom", "registryd/activity"}, "store is the lowest floor above config"},
+		{"store/kv", []string{"go.etcd.io/bbolt", "github.com/jackc/pgx/v5"}, "the engine contract names no engine"},
+		{"store/kv/pgkv", []string{"go.etcd.io/bbolt", "registryd/store"}, "an engine knows the contract, not the store above it"},
+		{"store/kv/boltkv", []string{"github.com/jackc/pgx/v5", "registryd/store"}, "an engine knows the contract, not the store above it"},
+		{"migrate", []string{"go.etcd.io/bbolt", "github.com/jackc/pgx/v5", "net/http", "github.com/valyala/fasthttp"}, "migrate copies through the kv contract, whatever the engines"},
 		{"maven", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt", "registryd/store", "os"}, "pure Maven knowledge, no I/O"},
 		{"sbom", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "CycloneDX reading, no HTTP"},
 		{"activity", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "event import, no HTTP"},
