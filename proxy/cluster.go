@@ -73,16 +73,31 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 	// node's (failed) fill still has the whole of its own.
 	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
 	defer cancel()
+	// A fill's publish takes a second lock (the blob's) while it holds
+	// its lease, each on its own connection of the engine's capped lock
+	// pool: with as many fills as the pool has connections, every fill
+	// would hold one and wait for a second. Fill leases therefore take
+	// at most half of the pool.
+	select {
+	case s.leaseSlots <- struct{}{}:
+	case <-ctx.Done():
+		s.leaseFailed(f, ctx.Err())
+		return noUnlock, true
+	}
+	freeSlot := func() { <-s.leaseSlots }
 	key := fillKey(f)
-	unlock, ok, err := s.st.TryLease(ctx, key)
+	lease, ok, err := s.st.TryLease(ctx, key)
 	if err == nil && !ok {
 		s.met.leaseWaits.Inc()
-		unlock, err = s.st.Lease(ctx, key)
+		lease, err = s.st.Lease(ctx, key)
 	}
 	if err != nil {
+		freeSlot()
 		s.leaseFailed(f, err)
 		return noUnlock, true
 	}
+	var once sync.Once
+	unlock = func() { once.Do(func() { lease(); freeSlot() }) }
 	e, err := s.st.CacheEntry(f.up.id, f.relSlash)
 	switch {
 	case err == nil:
@@ -90,7 +105,11 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 		if maven.IsMetadata(f.key.rel) {
 			kind = maven.MetadataKind
 		}
-		if store.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) {
+		// Its blob must be readable too: a flight started because the
+		// object was gone finds the same entry again, and must fetch the
+		// file rather than serve the gone object (a 503 for ever).
+		if store.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) &&
+			s.blobReadable(ctx, e) {
 			unlock()
 			s.met.filledElsewhere.Inc()
 			f.decide(flightElsewhere, nil)
@@ -103,6 +122,21 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 		return noUnlock, true
 	}
 	return unlock, false
+}
+
+// blobReadable reports whether e's blob can be served here (its local file
+// or its object). A bucket that does not answer counts as readable: the
+// serve then answers 503 with the reason, where a fetch would publish into
+// the same unreachable bucket.
+func (s *Server) blobReadable(ctx context.Context, e store.CacheEntry) bool {
+	ok, err := s.blobs.Present(ctx, e.SHA256, e.Size)
+	return ok || err != nil
+}
+
+// newLeaseSlots bounds the fill leases held at once to half the engine's
+// lock connections (store.postgres.max_locks), at least one.
+func newLeaseSlots(maxLocks int) chan struct{} {
+	return make(chan struct{}, max(1, maxLocks/2))
 }
 
 // leaseFailed ends a flight whose lease (or the read under it) failed.

@@ -99,7 +99,9 @@ type Server struct {
 	health *upstream.Health // which upstreams are worth asking
 	urls   upstreamURLs     // the url each upstream's health was judged for (cluster.go)
 	gates  *gates           // the cap of requests out to each upstream
-	marks  *pathMemory      // (upstream, path) answers remembered: absent or refused
+	// leaseSlots bounds the cluster fill leases held at once (cluster.go).
+	leaseSlots chan struct{}
+	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
 
 	composed *composedCache // merged maven-metadata.xml and prefix files
 	rules    ruleSets       // compiled allow/deny rules of each upstream
@@ -177,6 +179,7 @@ func New(d Deps) (*Server, error) {
 		s.health = NewHealth(d.Config, d.Logger, d.Now)
 	}
 	s.gates = newGates(d.Config.Upstreams.MaxConcurrentRequests)
+	s.leaseSlots = newLeaseSlots(d.Config.Store.Postgres.MaxLocks)
 	if s.marks, err = newPathMemory(); err != nil {
 		return nil, err
 	}

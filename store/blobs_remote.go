@@ -854,3 +854,23 @@ func (b *Blobs) collectOrphans(s *Store, out *CollectResult) error {
 	out.BytesFreed += r.RemovedBytes
 	return err
 }
+
+// Present reports whether the blob sha of size can be read here: its local
+// file, or (remote blobs) its object in the bucket. An error is the
+// bucket's (an outage).
+func (b *Blobs) Present(ctx context.Context, sha string, size int64) (bool, error) {
+	if fi, err := os.Stat(b.Path(sha)); err == nil && fi.Size() == size {
+		return true, nil
+	}
+	if b.remote == nil {
+		return false, nil
+	}
+	info, err := b.remote.obj.Stat(ctx, ObjectKey(sha))
+	if errors.Is(err, objects.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return info.Size == size, nil
+}

@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"registryd/internal/testsvc"
+	"registryd/store"
+	"registryd/store/objects"
+)
+
+// TestClusterMissingObjectRefetched: on a cluster, an entry whose object is
+// missing from the bucket (and from the local tier) is fetched from its
+// upstream again, as on a single node (TestRemoteLocalMissStreamsFromTheBucket),
+// not answered "filled elsewhere" from the same gone object for ever.
+func TestClusterMissingObjectRefetched(t *testing.T) {
+	srv := testsvc.MinIO(t)
+	obj, err := objects.NewS3(objects.S3Options{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: "us-east-1",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
+		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20})
+	})
+	e, _, _ := clusterEnv(t)
+	envBlobOpeners.Delete(t)
+	up := newFakeUpstream(t)
+	large := jarBytes(jarPath, 300<<10)
+	up.set(jarPath, fakeFile{body: large})
+	u := e.upstream(up.URL, nil, nil)
+	e.get(jarPath).expect(t, 200)
+	ent, _ := e.entry(u, "/"+jarPath)
+	if err := os.Remove(e.blobs.Path(ent.SHA256)); err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.Delete(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+		t.Fatal(err)
+	}
+	e.get(jarPath).expect(t, 200).expectBody(t, string(large))
+	if n := up.calls(jarPath); n != 2 {
+		t.Fatalf("upstream GETs = %d, want 2 (the fill, the refetch of the gone file)", n)
+	}
+	// Published again: the object is back, and the next hit needs nobody.
+	if _, err := obj.Stat(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+		t.Fatalf("the refetched file's object: %v", err)
+	}
+	e.get(jarPath).expect(t, 200).expectBody(t, string(large))
+	if n := up.calls(jarPath); n != 2 {
+		t.Fatalf("upstream GETs = %d after the refetch, want 2", n)
+	}
+}
