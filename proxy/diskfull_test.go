@@ -229,8 +229,12 @@ func TestDiskFullWindow(t *testing.T) {
 	}
 	wg.Wait()
 	e.expectUncached(uid, jarPath)
-	if p := e.srv.disk.peak.Load(); p > spillWindow+spillChunk || p == 0 {
-		t.Fatalf("peak memory %d, want within the window of %d", p, spillWindow)
+	// The window is per flight: a client that, on a loaded machine, came
+	// after the first flight ended started a second one, whose window may
+	// overlap the first's last pieces.
+	flights := int64(up.calls(jarPath))
+	if p := e.srv.disk.peak.Load(); p > flights*(spillWindow+spillChunk) || p == 0 {
+		t.Fatalf("peak memory %d over %d flight(s), want within the window of %d each", p, flights, spillWindow)
 	}
 }
 
