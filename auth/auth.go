@@ -276,8 +276,14 @@ func (s *Service) level(kind byte, user, subject int64, compute func() int) int 
 	if e, ok := s.levels.Get(k); ok && e.gen == gen {
 		return e.level
 	}
+	failures := s.st.ReadFailures()
 	l := compute()
-	s.levels.Add(k, levelEntry{gen: gen, level: l})
+	// An answer computed while the index's database failed is "no access"
+	// for this request only: remembered, it would lock the user out for
+	// the cache's lifetime after the database is back.
+	if s.st.ReadFailures() == failures {
+		s.levels.Add(k, levelEntry{gen: gen, level: l})
+	}
 	return l
 }
 

@@ -319,7 +319,7 @@ type loadResult struct {
 // runLoad requests the hot files (cached) and fresh files (misses) on every
 // node until stop closes; a 200 must carry the exact body, anything else
 // must be a 5xx with a reason in its body.
-func runLoad(t *testing.T, c *cluster, reg int64, up *pxUpstream, hot map[string][]byte, stop chan struct{}) (*loadResult, *sync.WaitGroup) {
+func runLoad(t *testing.T, c *cluster, reg int64, up *pxUpstream, hot map[string][]byte, tokens []string, stop chan struct{}) (*loadResult, *sync.WaitGroup) {
 	r := &loadResult{}
 	var wg sync.WaitGroup
 	var seq atomic.Int64
@@ -348,7 +348,7 @@ func runLoad(t *testing.T, c *cluster, reg int64, up *pxUpstream, hot map[string
 					}
 				}
 				req, _ := http.NewRequest(http.MethodGet, d.pxURL(reg, path), nil)
-				req.Header.Set("PRIVATE-TOKEN", rootToken)
+				req.Header.Set("PRIVATE-TOKEN", tokens[i%len(tokens)])
 				res, err := http.DefaultClient.Do(req)
 				if err != nil {
 					r.wrong.Add(1)
@@ -380,9 +380,15 @@ func runLoad(t *testing.T, c *cluster, reg int64, up *pxUpstream, hot map[string
 func TestClusterServicesRestart(t *testing.T) {
 	c := startCluster(t, 2, nil)
 	f := c.nodes[0].Fix(t)
-	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	group := f.Group("acme", 0, "private")
+	reg := f.Registry(group, "main")
 	up := newPxUpstream(t)
 	f.Upstream(reg, up.URL, nil)
+	// A member's access is a decision read from the index (root's is not):
+	// while PostgreSQL is away it must never turn into a 404 or 403.
+	uid, member := f.User("dev", false, "read_virtual_registry")
+	f.Member(group, uid, 30)
+	tokens := []string{rootToken, member}
 	hot := map[string][]byte{}
 	for i := 0; i < 3; i++ {
 		p := fmt.Sprintf("org/example/hot/%d/hot-%d.jar", i, i)
@@ -395,7 +401,7 @@ func TestClusterServicesRestart(t *testing.T) {
 	}
 	outage := func(name string, stopSvc, startSvc func()) {
 		stop := make(chan struct{})
-		r, wg := runLoad(t, c, reg, up, hot, stop)
+		r, wg := runLoad(t, c, reg, up, hot, tokens, stop)
 		eventually(t, 30*time.Second, name+": load running", func() bool { return r.ok.Load() >= 20 })
 		stopSvc()
 		before := r.ok.Load() + r.failed.Load()

@@ -109,6 +109,11 @@ func (s *Server) registryFor(p auth.Principal, id int64, gen uint64) (*registryV
 		return reg, nil
 	}
 	g, err := s.st.Group(reg.group)
+	if errors.Is(err, store.ErrUnavailable) {
+		// No access may only mean the index's database failed: a 503, not
+		// a 404 a client would remember.
+		return nil, err
+	}
 	if err != nil {
 		return nil, errInvisible
 	}

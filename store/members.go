@@ -138,7 +138,10 @@ func groupLevelTx(tx kv.Tx, group, user int64, now time.Time) int {
 func (s *Store) GroupAccessLevel(group, user int64) int {
 	lvl := NoAccess
 	now := s.clock()
-	_ = s.db.View(func(tx kv.Tx) error { lvl = groupLevelTx(tx, group, user, now); return nil })
+	if err := s.db.View(func(tx kv.Tx) error { lvl = groupLevelTx(tx, group, user, now); return nil }); err != nil {
+		s.readFailures.Add(1)
+		return NoAccess
+	}
 	return lvl
 }
 
@@ -147,14 +150,17 @@ func (s *Store) GroupAccessLevel(group, user int64) int {
 func (s *Store) ProjectAccessLevel(project, user int64) int {
 	lvl := NoAccess
 	now := s.clock()
-	_ = s.db.View(func(tx kv.Tx) error {
+	if err := s.db.View(func(tx kv.Tx) error {
 		p, ok := projectTx(tx, project)
 		if !ok {
 			return nil
 		}
 		lvl = max(memberLevel(tx, bktProjectMembers, project, user, now), groupLevelTx(tx, p.NamespaceID, user, now))
 		return nil
-	})
+	}); err != nil {
+		s.readFailures.Add(1)
+		return NoAccess
+	}
 	return lvl
 }
 
@@ -165,7 +171,7 @@ func (s *Store) ProjectAccessLevel(project, user int64) int {
 func (s *Store) HasMembershipUnder(top, user int64) bool {
 	found := false
 	now := s.clock()
-	_ = s.db.View(func(tx kv.Tx) error {
+	err := s.db.View(func(tx kv.Tx) error {
 		for _, gid := range childIDs(tx.Bucket(bktUserGroups), user) {
 			if inChain(ancestorsTx(tx, gid), top) && memberLevel(tx, bktGroupMembers, gid, user, now) > NoAccess {
 				found = true
@@ -184,6 +190,10 @@ func (s *Store) HasMembershipUnder(top, user int64) bool {
 		}
 		return nil
 	})
+	if err != nil {
+		s.readFailures.Add(1)
+		return false
+	}
 	return found
 }
 

@@ -68,6 +68,10 @@ type Store struct {
 	collect chan struct{}
 	// useBuilt caches that cache_by_use is complete (cache_use.go).
 	useBuilt atomic.Bool
+	// readFailures counts the reads that answer a plain value (an access
+	// level, a yes/no) and could not tell the engine's failure: callers that
+	// cache such answers compare it before and after (ReadFailures).
+	readFailures atomic.Uint64
 	// cluster is set when other nodes share the engine (cluster.go).
 	cluster *clusterState
 }
@@ -233,6 +237,13 @@ func (s *Store) Close() error {
 // Path names where the index lives (kv.DB.Describe): the bbolt file, or the
 // database's DSN without its password.
 func (s *Store) Path() string { return s.db.Describe() }
+
+// ReadFailures counts the engine failures met by the reads that answer a
+// plain value (GroupAccessLevel, ProjectAccessLevel, HasMembershipUnder
+// answer "no access" then). A cache of such answers keeps one only when
+// the count did not move while it was computed, so an outage of the
+// index's database is never remembered as a decision.
+func (s *Store) ReadFailures() uint64 { return s.readFailures.Load() }
 
 // AuthGeneration changes after every commit that may change an access decision.
 func (s *Store) AuthGeneration() uint64 { return s.authGen.Load() }
