@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -108,7 +107,7 @@ func startMinIO() (*S3, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := minioFreePort()
+	port, err := freePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -132,20 +131,10 @@ func minioRemoveStale() {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if !alive(pid) {
 			os.RemoveAll(d)
 		}
 	}
-}
-
-// minioFreePort asks the kernel for a free loopback port.
-func minioFreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Start starts the server again after Stop, on the same port with the

@@ -181,6 +181,7 @@ func startPG() (*PG, error) {
 	return pg, nil
 }
 
+// freePort asks the kernel for a free loopback port (PostgreSQL, MinIO).
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
