@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"registryd/config"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/objects"
 	"registryd/upstream"
 )
 
@@ -68,6 +70,9 @@ type env struct {
 	registry int64
 	secret   []byte
 	client   *http.Client
+	// objects is the bucket of remote blobs, when the env has one
+	// (noBrokenState then checks it too).
+	objects objects.Store
 }
 
 func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
@@ -347,6 +352,19 @@ func (e *env) noBrokenState() {
 		}
 		return nil
 	})
+	if e.objects == nil {
+		return
+	}
+	// Nothing a refused or broken answer left in the bucket either: every
+	// object is some entry's blob.
+	if err := e.objects.List(context.Background(), "sha256/", func(i objects.Info) error {
+		if sha := i.Key[strings.LastIndexByte(i.Key, '/')+1:]; !e.st.BlobReferenced(sha) {
+			e.t.Fatalf("object %s is referenced by no entry", i.Key)
+		}
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // waitFills waits until no fill runs: a fill's client may get its answer

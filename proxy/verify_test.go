@@ -144,12 +144,16 @@ func envFor(t *testing.T, c badAnswer) *env {
 	return newEnv(t)
 }
 
-func TestBadAnswersOnAMiss(t *testing.T) {
+func TestBadAnswersOnAMiss(t *testing.T) { badAnswersOnAMiss(t, envFor) }
+
+// badAnswersOnAMiss feeds every fault class to a miss on the envs mk makes
+// (a single node, or a cluster node: cluster_faults_test.go).
+func badAnswersOnAMiss(t *testing.T, mk func(*testing.T, badAnswer) *env) {
 	for _, size := range []int{2 << 10, 200 << 10} {
 		large := size > memBodyMax
 		for _, c := range badAnswers(large) {
 			t.Run(strconv.Itoa(size)+"/"+c.name, func(t *testing.T) {
-				e := envFor(t, c)
+				e := mk(t, c)
 				bad, good := newFakeUpstream(t), newFakeUpstream(t)
 				body := jarBytes(jarPath, size)
 				badURL := bad.URL
@@ -240,13 +244,17 @@ func TestBadAnswerAloneIs502(t *testing.T) {
 	}
 }
 
-func TestBadAnswersOnARevalidation(t *testing.T) {
+func TestBadAnswersOnARevalidation(t *testing.T) { badAnswersOnARevalidation(t, envFor) }
+
+// badAnswersOnARevalidation feeds every fault class to a revalidation on the
+// envs mk makes.
+func badAnswersOnARevalidation(t *testing.T, mk func(*testing.T, badAnswer) *env) {
 	for _, size := range []int{2 << 10, 200 << 10} {
 		// A revalidation answers nothing before a new body is whole and
 		// verified: every fault, mid-body ones included, serves the copy.
 		for _, c := range badAnswers(false) {
 			t.Run(strconv.Itoa(size)+"/"+c.name, func(t *testing.T) {
-				e := envFor(t, c)
+				e := mk(t, c)
 				up := newFakeUpstream(t)
 				good := jarBytes(jarPath, size)
 				up.set(jarPath, fakeFile{body: good, etag: `"v1"`})
