@@ -2,249 +2,49 @@ package main
 
 // The cluster figures (docs/scale-out.md): two registryd nodes on one
 // PostgreSQL and one MinIO, both started here on loopback, beside the
-// single-node daemon of the other scenarios. Needs the merged cluster code
-// (store.backend postgres, blobs.backend s3); skipped, with a line saying
+// single-node daemon of the other scenarios; skipped, with a line saying
 // why, when PostgreSQL's or MinIO's binaries are not installed.
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
+
+	"registryd/internal/testsvc"
 )
 
-const (
-	benchS3User   = "registryd-bench"
-	benchS3Secret = "registryd-bench-secret"
-	benchBucket   = "registryd-bench"
-)
+// benchBucket is the cluster's bucket on the bench's MinIO.
+const benchBucket = "registryd-bench"
 
-// findPostgres is the directory of initdb and postgres: in PATH, or
-// Debian's /usr/lib/postgresql/<version>/bin.
-func findPostgres() string {
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p)
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if fileExists(filepath.Join(dirs[i], "initdb")) {
-			return dirs[i]
-		}
-	}
-	return ""
-}
-
-// findMinIO is $REGISTRYD_MINIO, minio in PATH, or $(go env GOPATH)/bin/minio.
-func findMinIO() string {
-	if p := os.Getenv("REGISTRYD_MINIO"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("minio"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		if p := filepath.Join(strings.TrimSpace(string(out)), "bin", "minio"); fileExists(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-// asPostgresUser runs cmd as the user postgres when the bench runs as root
-// (PostgreSQL refuses to run as root).
-func asPostgresUser(name string, args ...string) (*exec.Cmd, error) {
-	if os.Geteuid() != 0 {
-		return exec.Command(name, args...), nil
-	}
-	if _, err := user.Lookup("postgres"); err != nil {
-		return nil, errors.New("running as root and there is no user postgres to run PostgreSQL as")
-	}
-	return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...), nil
-}
-
-type clusterSvc struct {
-	dsn, s3 string
-	stops   []func()
-}
-
-func (c *clusterSvc) stop() {
-	for i := len(c.stops) - 1; i >= 0; i-- {
-		c.stops[i]()
-	}
-}
-
-// startClusterServices starts a PostgreSQL and a MinIO on loopback in work.
-func startClusterServices(work, pgBin, minio string) (*clusterSvc, error) {
-	c := &clusterSvc{}
-	pgDir := filepath.Join(work, "pg")
-	if err := os.MkdirAll(pgDir, 0o700); err != nil {
-		return nil, err
-	}
-	if os.Geteuid() == 0 {
-		if out, err := exec.Command("chown", "-R", "postgres", pgDir).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("chown %s: %v %s", pgDir, err, out)
-		}
-	}
-	initdb, err := asPostgresUser(filepath.Join(pgBin, "initdb"), "-D", filepath.Join(pgDir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-	if err != nil {
-		return nil, err
-	}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	pg, err := asPostgresUser(filepath.Join(pgBin, "postgres"), "-D", filepath.Join(pgDir, "data"), "-p", strconv.Itoa(port),
-		"-k", pgDir, "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200")
-	if err != nil {
-		return nil, err
-	}
-	pg.Stdout, pg.Stderr = nil, nil
-	if err := pg.Start(); err != nil {
-		return nil, err
-	}
-	c.stops = append(c.stops, func() {
-		// pg_ctl signals the server itself: runuser (as root) does not
-		// pass a signal on.
-		if stop, err := asPostgresUser(filepath.Join(pgBin, "pg_ctl"), "stop", "-D", filepath.Join(pgDir, "data"), "-m", "fast", "-w"); err == nil {
-			_ = stop.Run()
-		}
-		done := make(chan struct{})
-		go func() { _ = pg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = pg.Process.Kill()
-		}
-	})
-	c.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	if err := waitTCP(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-
-	mport, err := freePort()
-	if err != nil {
-		c.stop()
-		return nil, err
-	}
-	m := exec.Command(minio, "server", filepath.Join(work, "minio"), "--address", fmt.Sprintf("127.0.0.1:%d", mport), "--quiet")
-	m.Env = append(os.Environ(), "MINIO_ROOT_USER="+benchS3User, "MINIO_ROOT_PASSWORD="+benchS3Secret, "MINIO_BROWSER=off")
-	if err := m.Start(); err != nil {
-		c.stop()
-		return nil, err
-	}
-	c.stops = append(c.stops, func() { _ = m.Process.Kill(); _ = m.Wait() })
-	c.s3 = fmt.Sprintf("http://127.0.0.1:%d", mport)
-	if err := waitHTTP(c.s3 + "/minio/health/ready"); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("minio: %w", err)
-	}
-	if err := makeBucket(c.s3, benchBucket); err != nil {
-		c.stop()
-		return nil, err
-	}
-	return c, nil
-}
-
-func waitTCP(addr string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr)
-		if err == nil {
-			res.Body.Close()
-			return nil
-		}
-		// PostgreSQL answers HTTP with garbage: any answer but a refused
-		// connection means it listens.
-		if !strings.Contains(err.Error(), "connection refused") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not listen after 60s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// makeBucket creates a bucket with one AWS Signature V4 request (the bench
-// has no S3 client of its own).
-func makeBucket(endpoint, bucket string) error {
-	now := time.Now().UTC()
-	amzDate, day := now.Format("20060102T150405Z"), now.Format("20060102")
-	host := strings.TrimPrefix(endpoint, "http://")
-	empty := hex.EncodeToString(sha256Sum(nil))
-	canonical := strings.Join([]string{"PUT", "/" + bucket, "",
-		"host:" + host, "x-amz-content-sha256:" + empty, "x-amz-date:" + amzDate, "",
-		"host;x-amz-content-sha256;x-amz-date", empty}, "\n")
-	scope := day + "/us-east-1/s3/aws4_request"
-	toSign := "AWS4-HMAC-SHA256\n" + amzDate + "\n" + scope + "\n" + hex.EncodeToString(sha256Sum([]byte(canonical)))
-	key := []byte("AWS4" + benchS3Secret)
-	for _, part := range []string{day, "us-east-1", "s3", "aws4_request"} {
-		key = hmacSum(key, part)
-	}
-	req, _ := http.NewRequest("PUT", endpoint+"/"+bucket, nil)
-	req.Header.Set("x-amz-content-sha256", empty)
-	req.Header.Set("x-amz-date", amzDate)
-	req.Header.Set("Authorization", fmt.Sprintf("AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=%s",
-		benchS3User, scope, hex.EncodeToString(hmacSum(key, toSign))))
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		return fmt.Errorf("creating bucket %s: %s", bucket, res.Status)
-	}
-	return nil
-}
-
-func sha256Sum(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
-
-func hmacSum(key []byte, msg string) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(msg))
-	return h.Sum(nil)
-}
-
-// cluster measures, beside the single node:
-//   - a cluster hit: node B serving small files filled through node A, from
-//     its local tier (after B's first request for each), against the single
-//     node's hits on the same files;
-//   - a cross-node miss: the first request on B for a 64 MB file filled
-//     through A (streamed from the bucket), against the same file directly
-//     from the origin, as scenario c compares a cold miss.
 func (b *bench) cluster() error {
-	pgBin, minio := findPostgres(), findMinIO()
-	if pgBin == "" || minio == "" {
-		b.skip("cluster figures: PostgreSQL (initdb; apt-get install postgresql) or MinIO ($REGISTRYD_MINIO, minio in PATH or $(go env GOPATH)/bin/minio) is not installed")
+	// The test services of the cluster suite (internal/testsvc): Debian's
+	// PostgreSQL and a MinIO binary, each on a loopback port in a temp dir.
+	defer testsvc.StopAll()
+	pg, err := testsvc.StartPostgres()
+	var s3 *testsvc.S3
+	if err == nil {
+		s3, err = testsvc.StartMinIO()
+	}
+	if errors.Is(err, testsvc.ErrNotInstalled) {
+		b.skip("cluster figures: " + err.Error())
 		return nil
 	}
-	svc, err := startClusterServices(b.work, pgBin, minio)
+	if err == nil {
+		err = s3.CreateBucket(benchBucket)
+	}
 	if err != nil {
 		return fmt.Errorf("starting PostgreSQL and MinIO: %w", err)
 	}
-	defer svc.stop()
 	env := []string{
 		"REGISTRYD_PROXY_ACCESS_LOG=false",
 		"REGISTRYD_STORE_BACKEND=postgres",
-		"REGISTRYD_STORE_POSTGRES_DSN=" + svc.dsn,
+		"REGISTRYD_STORE_POSTGRES_DSN=" + pg.AdminDSN(),
 		"REGISTRYD_BLOBS_BACKEND=s3",
-		"REGISTRYD_BLOBS_S3_ENDPOINT=" + svc.s3,
+		"REGISTRYD_BLOBS_S3_ENDPOINT=" + s3.Endpoint,
 		"REGISTRYD_BLOBS_S3_BUCKET=" + benchBucket,
-		"REGISTRYD_BLOBS_S3_ACCESS_KEY_ID=" + benchS3User,
-		"REGISTRYD_BLOBS_S3_SECRET_ACCESS_KEY=" + benchS3Secret,
+		"REGISTRYD_BLOBS_S3_ACCESS_KEY_ID=" + s3.AccessKey,
+		"REGISTRYD_BLOBS_S3_SECRET_ACCESS_KEY=" + s3.SecretKey,
 		"REGISTRYD_BLOBS_S3_PATH_STYLE=true",
 		"REGISTRYD_SECRETS_KEY=" + strings.Repeat("5a", 32),
 		"REGISTRYD_GATEWAY_SECRET=" + strings.Repeat("g", 32),

@@ -81,21 +81,29 @@ func minioIsFile(p string) bool {
 // skips the test when no binary is found, unless CI=true (then it fails).
 func MinIO(t testing.TB) *S3 {
 	t.Helper()
+	s, err := StartMinIO()
+	if err != nil {
+		if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	return s
+}
+
+// StartMinIO is MinIO for programs that are not tests (make bench): the
+// process's shared server, started on first use; StopAll stops it. An
+// error wrapping ErrNotInstalled means there is no binary.
+func StartMinIO() (*S3, error) {
 	minioMu.Lock()
 	defer minioMu.Unlock()
 	if minioSrv == nil && minioErr == nil {
 		minioSrv, minioErr = startMinIO()
 	}
-	if minioErr != nil {
-		if errors.Is(minioErr, errNoMinIO) && os.Getenv("CI") != "true" {
-			t.Skip(minioErr)
-		}
-		t.Fatal(minioErr)
-	}
-	return minioSrv
+	return minioSrv, minioErr
 }
 
-var errNoMinIO = errors.New("testsvc: no MinIO binary ($REGISTRYD_MINIO, minio in PATH, or $(go env GOPATH)/bin/minio); go install github.com/minio/minio@latest")
+var errNoMinIO = fmt.Errorf("testsvc: MinIO %w ($REGISTRYD_MINIO, minio in PATH, or $(go env GOPATH)/bin/minio; go install github.com/minio/minio@latest)", ErrNotInstalled)
 
 func startMinIO() (*S3, error) {
 	bin := minioBinary()
@@ -216,17 +224,25 @@ func (s *S3) stopLocked() {
 // NewBucket creates a bucket of its own for t.
 func (s *S3) NewBucket(t testing.TB) string {
 	t.Helper()
-	c, err := minio.New(s.addr, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: "us-east-1"})
-	if err != nil {
+	name := fmt.Sprintf("t%d-%d", os.Getpid(), minioBuckets.Add(1))
+	if err := s.CreateBucket(name); err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("t%d-%d", os.Getpid(), minioBuckets.Add(1))
+	return name
+}
+
+// CreateBucket creates the bucket name (region us-east-1).
+func (s *S3) CreateBucket(name string) error {
+	c, err := minio.New(s.addr, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: "us-east-1"})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
-		t.Fatalf("testsvc: creating bucket %s: %v", name, err)
+		return fmt.Errorf("testsvc: creating bucket %s: %w", name, err)
 	}
-	return name
+	return nil
 }
 
 // StopAllMinIO stops the server and removes its data (for TestMain).

@@ -64,19 +64,31 @@ var (
 // missing server is a broken environment and fails it.
 func Postgres(t testing.TB) *PG {
 	t.Helper()
+	pg, err := StartPostgres()
+	if err != nil {
+		if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
+			t.Skipf("testsvc: %v", err)
+		}
+		t.Fatalf("testsvc: %v", err)
+	}
+	return pg
+}
+
+// StartPostgres is Postgres for programs that are not tests (make bench):
+// the process's shared server, started on first use; StopAll stops it. An
+// error wrapping ErrNotInstalled means the binaries are missing.
+func StartPostgres() (*PG, error) {
 	pgMu.Lock()
 	defer pgMu.Unlock()
 	if pgShared == nil && pgErr == nil {
 		pgShared, pgErr = startPG()
 	}
-	if pgErr != nil {
-		if errors.Is(pgErr, errNoBinaries) && os.Getenv("CI") != "true" {
-			t.Skipf("testsvc: %v", pgErr)
-		}
-		t.Fatalf("testsvc: %v", pgErr)
-	}
-	return pgShared
+	return pgShared, pgErr
 }
+
+// ErrNotInstalled is wrapped by the errors of a server whose binary is not
+// on this machine: tests skip then, unless CI=true.
+var ErrNotInstalled = errors.New("not installed")
 
 // PostgresPrivate starts a server of its own for one test (stopped and
 // removed in t.Cleanup), for tests that stop and restart it while other
@@ -90,7 +102,7 @@ func PostgresPrivate(t testing.TB) *PG {
 		return startPG()
 	}()
 	if err != nil {
-		if errors.Is(err, errNoBinaries) && os.Getenv("CI") != "true" {
+		if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
 			t.Skipf("testsvc: %v", err)
 		}
 		t.Fatalf("testsvc: %v", err)
@@ -113,7 +125,7 @@ func StopAll() {
 	StopAllMinIO()
 }
 
-var errNoBinaries = errors.New("PostgreSQL server binaries not found")
+var errNoBinaries = fmt.Errorf("PostgreSQL server binaries %w", ErrNotInstalled)
 
 // startPG creates a cluster in a new temp dir and starts it. Called with
 // pgMu held.
