@@ -78,9 +78,6 @@ type Options struct {
 	BlobDir string
 	// Objects is the destination bucket.
 	Objects Bucket
-	// BlobKey is the object key of the blob with SHA-256 sha. Default
-	// DefaultBlobKey.
-	BlobKey func(sha string) string
 	// BatchKeys and BatchBytes bound one destination transaction. Defaults
 	// 1000 keys and 8 MiB (whichever comes first; one larger value is a
 	// batch of its own).
@@ -91,10 +88,6 @@ type Options struct {
 	// Log receives one line per step; nil: none.
 	Log io.Writer
 }
-
-// DefaultBlobKey is the blob's key in the bucket, the one every node reads
-// (store.ObjectKey): sha256/ab/cd/abcd....
-func DefaultBlobKey(sha string) string { return store.ObjectKey(sha) }
 
 // BucketSum is one bucket's figures on one side.
 type BucketSum struct {
@@ -139,9 +132,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if o.Uploads <= 0 {
 		o.Uploads = 4
-	}
-	if o.BlobKey == nil {
-		o.BlobKey = DefaultBlobKey
 	}
 	logf := func(format string, a ...any) {
 		if o.Log != nil {
@@ -538,10 +528,10 @@ func verify(ctx context.Context, o Options, r *Result, logf func(string, ...any)
 	}
 	before := len(r.Mismatches)
 	for _, b := range local {
-		size, ok := remote[o.BlobKey(b.sha)]
+		size, ok := remote[store.ObjectKey(b.sha)]
 		switch {
 		case !ok:
-			r.Mismatches = append(r.Mismatches, fmt.Sprintf("blob %s: no object %s", b.sha, o.BlobKey(b.sha)))
+			r.Mismatches = append(r.Mismatches, fmt.Sprintf("blob %s: no object %s", b.sha, store.ObjectKey(b.sha)))
 		case size != b.size:
 			r.Mismatches = append(r.Mismatches, fmt.Sprintf("blob %s: the object has %d bytes, the file %d", b.sha, size, b.size))
 		}
@@ -615,7 +605,7 @@ func copyBlobs(ctx context.Context, o Options, r *Result, logf func(string, ...a
 	r.BlobsTotal = len(local)
 	var todo []localBlob
 	for _, b := range local {
-		if size, ok := remote[o.BlobKey(b.sha)]; ok && size == b.size {
+		if size, ok := remote[store.ObjectKey(b.sha)]; ok && size == b.size {
 			r.BlobsSkipped++
 			continue
 		}
@@ -679,7 +669,7 @@ func uploadBlob(ctx context.Context, o Options, b localBlob) error {
 	if b.size == 0 {
 		hr.check()
 	}
-	if err := o.Objects.Put(ctx, o.BlobKey(b.sha), hr, b.size); err != nil {
+	if err := o.Objects.Put(ctx, store.ObjectKey(b.sha), hr, b.size); err != nil {
 		if hr.bad != nil {
 			return hr.bad
 		}
@@ -693,7 +683,7 @@ func uploadBlob(ctx context.Context, o Options, b localBlob) error {
 	default:
 		return nil
 	}
-	if derr := o.Objects.Delete(ctx, o.BlobKey(b.sha)); derr != nil {
+	if derr := o.Objects.Delete(ctx, store.ObjectKey(b.sha)); derr != nil {
 		return fmt.Errorf("%w (and deleting the object failed: %v)", err, derr)
 	}
 	return err

@@ -234,10 +234,6 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// Path names where the index lives (kv.DB.Describe): the bbolt file, or the
-// database's DSN without its password.
-func (s *Store) Path() string { return s.db.Describe() }
-
 // ReadFailures counts the engine failures met by the reads that answer a
 // plain value (GroupAccessLevel, ProjectAccessLevel, HasMembershipUnder
 // answer "no access" then). A cache of such answers keeps one only when
