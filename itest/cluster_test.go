@@ -543,6 +543,15 @@ func TestClusterMergedMetadata(t *testing.T) {
 		return true
 	})
 	calls := one.calls(meta) + two.calls(meta)
+	// With the bucket away, B (which holds neither document) answers 503
+	// with the reason, and does not hold the outage against the documents:
+	// once the bucket is back it merges them.
+	c.s3.Stop()
+	r := b.pxGet(t, reg, meta, "PRIVATE-TOKEN", rootToken)
+	c.s3.Start()
+	if r.Status != 503 || !bytes.Contains(r.Body, []byte("object storage not available")) {
+		t.Fatalf("B with the bucket away: %d %s", r.Status, r.Body)
+	}
 	if got := b.pxGet(t, reg, meta, "PRIVATE-TOKEN", rootToken).Expect(t, 200).Body; !bytes.Equal(got, merged) {
 		t.Fatalf("B's merge differs from A's:\n%s\n%s", got, merged)
 	}

@@ -198,6 +198,16 @@ func (e *missError) answer() *apiError {
 	if e.absent() {
 		return errFileNotFound
 	}
+	// Our own storage failing (the bucket, the index database) is not the
+	// upstreams' fault: the answer says so, with a 503, as a hit's would.
+	for _, f := range e.failures {
+		switch {
+		case errors.Is(f.err, objects.ErrUnavailable):
+			return objectStoreAnswer(f.err)
+		case errors.Is(f.err, store.ErrUnavailable):
+			return errIndexUnavailable
+		}
+	}
 	if status, after := e.retryAfter(); after > 0 {
 		text := "429 Too Many Requests"
 		if status == fasthttp.StatusServiceUnavailable {
@@ -244,6 +254,8 @@ func failureReason(err error) string {
 		return ne.Reason
 	case isLeaseError(err):
 		return leaseReason
+	case errors.Is(err, objects.ErrUnavailable):
+		return "object storage not available: " + objects.Reason(err)
 	case errors.Is(err, errTooLarge):
 		return "file is larger than the cache accepts"
 	case errors.Is(err, errShortBody):
