@@ -7,7 +7,6 @@ import (
 	"registryd/internal/fakecluster"
 	"registryd/internal/testsvc"
 	"registryd/store"
-	"registryd/store/objects"
 )
 
 // The download path of a cluster node differs from a single node's: the
@@ -27,11 +26,7 @@ func TestBadAnswersOnAClusterRevalidation(t *testing.T) {
 // MinIO.
 func clusterFaultEnv(t *testing.T, c badAnswer) *env {
 	srv := testsvc.MinIO(t)
-	obj, err := objects.NewS3(objects.S3Options{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: "us-east-1",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := srv.NewObjects(t, "")
 	b := fakecluster.New()
 	t.Cleanup(b.Close)
 	node := b.Node("a")

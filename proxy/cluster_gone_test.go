@@ -7,7 +7,6 @@ import (
 
 	"registryd/internal/testsvc"
 	"registryd/store"
-	"registryd/store/objects"
 )
 
 // TestClusterMissingObjectRefetched: on a cluster, an entry whose object is
@@ -16,11 +15,7 @@ import (
 // not answered "filled elsewhere" from the same gone object for ever.
 func TestClusterMissingObjectRefetched(t *testing.T) {
 	srv := testsvc.MinIO(t)
-	obj, err := objects.NewS3(objects.S3Options{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: "us-east-1",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := srv.NewObjects(t, "")
 	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
 		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20})
 	})

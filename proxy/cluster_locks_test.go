@@ -10,7 +10,6 @@ import (
 	"registryd/internal/testsvc"
 	"registryd/store"
 	"registryd/store/kv/pgkv"
-	"registryd/store/objects"
 )
 
 // TestClusterLockPoolNotExhausted: with as many concurrent misses of
@@ -20,11 +19,7 @@ import (
 // Fill leases take at most half of the pool, so both commit at once.
 func TestClusterLockPoolNotExhausted(t *testing.T) {
 	srv := testsvc.MinIO(t)
-	obj, err := objects.NewS3(objects.S3Options{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: "us-east-1",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := srv.NewObjects(t, "")
 	dsn := testsvc.Postgres(t).NewDatabase(t)
 	db, err := pgkv.Open(context.Background(), pgkv.Options{DSN: dsn, MaxConns: 8, MaxLocks: 2})
 	if err != nil {

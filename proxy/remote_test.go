@@ -21,11 +21,7 @@ var envBlobOpeners sync.Map // testing.TB -> func(dir string) (*store.Blobs, err
 func newRemoteEnv(t *testing.T) (*env, *objects.S3, *testsvc.S3) {
 	t.Helper()
 	srv := testsvc.MinIO(t)
-	obj, err := objects.NewS3(objects.S3Options{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: "us-east-1",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := srv.NewObjects(t, "")
 	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
 		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20})
 	})

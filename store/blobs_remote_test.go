@@ -29,9 +29,7 @@ type remoteEnv struct {
 func newRemoteEnv(t *testing.T) *remoteEnv {
 	t.Helper()
 	srv := testsvc.MinIO(t)
-	obj, err := objects.NewS3(objects.S3Options{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: "us-east-1",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true, Prefix: "registryd"})
-	noErr(t, err)
+	obj := srv.NewObjects(t, "registryd")
 	// The orphan grace is measured against the object store's clock.
 	c := &testClock{t: time.Now().UTC()}
 	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: c.Now})

@@ -18,6 +18,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"registryd/store/objects"
 )
 
 // S3 is a MinIO server on a loopback port, one per test binary (MinIO).
@@ -229,6 +231,18 @@ func (s *S3) NewBucket(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// NewObjects is a fresh bucket of t's own as the object store registryd
+// reads (objects.NewS3: path-style, region us-east-1, keys under prefix).
+func (s *S3) NewObjects(t testing.TB, prefix string) *objects.S3 {
+	t.Helper()
+	obj, err := objects.NewS3(objects.S3Options{Endpoint: s.Endpoint, Bucket: s.NewBucket(t), Region: "us-east-1",
+		AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey, PathStyle: true, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
 }
 
 // CreateBucket creates the bucket name (region us-east-1).
