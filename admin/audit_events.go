@@ -28,7 +28,10 @@ type auditEventView struct {
 }
 
 // auditDetailsView holds the details GitLab's audit events carry that
-// registryd knows; a detail an event has not is null.
+// registryd knows; a detail an event has not is null. An aggregate event
+// (several refusals in one) adds its own keys, which other events leave
+// out, as GitLab's details differ by event: its count, the times of its
+// first and last occurrence, and what the first and the last concerned.
 type auditDetailsView struct {
 	EventName     string  `json:"event_name"`
 	CustomMessage *string `json:"custom_message"`
@@ -40,6 +43,12 @@ type auditDetailsView struct {
 	TargetDetails *string `json:"target_details"`
 	IPAddress     *string `json:"ip_address"`
 	EntityPath    *string `json:"entity_path"`
+
+	Count              int64     `json:"count,omitempty"`
+	FirstAt            *jsonTime `json:"first_at,omitempty"`
+	LastAt             *jsonTime `json:"last_at,omitempty"`
+	FirstTargetDetails *string   `json:"first_target_details,omitempty"`
+	LastTargetDetails  *string   `json:"last_target_details,omitempty"`
 }
 
 // auditEnabled is the licence gate: audit events are a Premium feature in
@@ -62,6 +71,11 @@ func (s *Server) auditViews(p auth.Principal, events []store.AuditEvent) ([]audi
 		if e.TargetID != 0 {
 			id := e.TargetID
 			v.Details.TargetID = &id
+		}
+		if e.Count > 0 {
+			first, last := jsonTime(e.FirstAt), jsonTime(e.CreatedAt)
+			v.Details.Count, v.Details.FirstAt, v.Details.LastAt = e.Count, &first, &last
+			v.Details.FirstTargetDetails, v.Details.LastTargetDetails = optString(e.FirstDetails), optString(e.LastDetails)
 		}
 		if e.AuthorID > 0 && (p.IsAdmin() || p.UserID() == e.AuthorID) {
 			email, seen := emails[e.AuthorID]

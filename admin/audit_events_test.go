@@ -334,3 +334,41 @@ func TestAuditEventsScopes(t *testing.T) {
 		e.get("/api/v4/audit_events", scope).want(t, status)
 	}
 }
+
+// An aggregate event (many refusals in one) reads as any audit event, with
+// its count, times and first and last files as extra details; the developer
+// whose refusals it counts finds it among their own events.
+func TestAuditAggregateEvent(t *testing.T) {
+	e := newAuditEnv(t, nil)
+	dev := e.users["developer"]
+	last := time.Date(2026, 11, 21, 10, 30, 59, 456_000_000, time.UTC)
+	agg := store.AuditEvent{EventName: store.AuditUpstreamArtifactDenied, AuthorID: dev.ID, AuthorName: dev.Name,
+		AuthorClass: store.AuditAuthorClassUser, EntityID: e.acme.ID, EntityType: store.AuditEntityGroup,
+		EntityPath: e.acme.FullPath, TargetID: 9, TargetType: store.AuditTargetMavenUpstream,
+		TargetDetails: "https://repo.example/maven2", Message: "Blocked package requests - 4950 refusals",
+		IPAddress: "192.0.2.7", CreatedAt: last, Count: 4950, FirstAt: last.Add(-59 * time.Second),
+		FirstDetails: "https://repo.example/maven2/org/a/1/a-1.jar", LastDetails: "https://repo.example/maven2/org/z/1/z-1.jar"}
+	got, err := e.st.RecordAudit(agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := got[0].ID
+	want := fmt.Sprintf(`{"id":%d,"author_id":%d,"entity_id":%d,"entity_type":"Group",`+
+		`"event_name":"virtual_registries_packages_maven_upstream_artifact_denied","details":{`+
+		`"event_name":"virtual_registries_packages_maven_upstream_artifact_denied",`+
+		`"custom_message":"Blocked package requests - 4950 refusals","author_name":"Developer",`+
+		`"author_email":"developer@example.com","author_class":"User","target_id":9,`+
+		`"target_type":"VirtualRegistries::Packages::Maven::Upstream",`+
+		`"target_details":"https://repo.example/maven2","ip_address":"192.0.2.7","entity_path":"acme",`+
+		`"count":4950,"first_at":"2026-11-21T10:30:00.456Z","last_at":"2026-11-21T10:30:59.456Z",`+
+		`"first_target_details":"https://repo.example/maven2/org/a/1/a-1.jar",`+
+		`"last_target_details":"https://repo.example/maven2/org/z/1/z-1.jar"},`+
+		`"created_at":"2026-11-21T10:30:59.456Z"}`, id, dev.ID, e.acme.ID)
+	if got := strings.TrimSpace(string(e.get(fmt.Sprintf("/api/v4/audit_events/%d", id), "root").want(t, 200).body)); got != want {
+		t.Fatalf("aggregate:\n got %s\nwant %s", got, want)
+	}
+	ids := listIDs(t, e.get(fmt.Sprintf("/api/v4/groups/%d/audit_events", e.acme.ID), "developer").want(t, 200))
+	if len(ids) == 0 || ids[0] != id {
+		t.Fatalf("the developer's list %v does not lead with their aggregate %d", ids, id)
+	}
+}

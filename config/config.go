@@ -59,6 +59,7 @@ type Config struct {
 	Cache     Cache     `yaml:"cache"`
 	Metadata  Metadata  `yaml:"metadata"`
 	Cleanup   Cleanup   `yaml:"cleanup"`
+	Audit     Audit     `yaml:"audit"`
 	Shutdown  Shutdown  `yaml:"shutdown"`
 	Log       Log       `yaml:"log"`
 }
@@ -286,6 +287,29 @@ type Cleanup struct {
 	BatchSize int `yaml:"batch_size"`
 }
 
+// Audit bounds the audit events registryd writes (docs/operations.md,
+// "Audit events: limits, retention and size").
+type Audit struct {
+	// Retention is how long audit events are kept: older ones are deleted
+	// in the background, in small batches. 0 keeps them forever; otherwise
+	// at least 1h. Default 26280h (3 years, the age at which GitLab prunes
+	// its activity events).
+	Retention time.Duration `yaml:"retention"`
+	// CallerDenialsPerMinute is how many rule refusals of one caller (a
+	// user, a deploy token, an anonymous client address: IPv6 per /64) are
+	// recorded as audit events of their own per minute, in all registries
+	// together, in bursts of as many. Further refusals are counted in one
+	// aggregate event per registry, upstream and caller. Default 30.
+	CallerDenialsPerMinute int `yaml:"caller_denials_per_minute"`
+	// RegistryDenialsPerMinute is the same bound for all callers of one
+	// registry together. It must be greater than CallerDenialsPerMinute,
+	// so that one caller cannot spend a registry's whole budget. Default 300.
+	RegistryDenialsPerMinute int `yaml:"registry_denials_per_minute"`
+	// AggregateInterval is how long refusals past those bounds are counted
+	// before their aggregate events are written (1s to 1h). Default 1m.
+	AggregateInterval time.Duration `yaml:"aggregate_interval"`
+}
+
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
 	// DrainDelay is how long registryd keeps serving after SIGTERM or
@@ -362,7 +386,9 @@ func Default() Config {
 			PartialTTL:       time.Minute,
 			MemoryBytes:      32 * MiB,
 		},
-		Cleanup:  Cleanup{CheckInterval: time.Minute, BatchSize: 500},
+		Cleanup: Cleanup{CheckInterval: time.Minute, BatchSize: 500},
+		Audit: Audit{Retention: 3 * 365 * 24 * time.Hour, CallerDenialsPerMinute: 30, RegistryDenialsPerMinute: 300,
+			AggregateInterval: time.Minute},
 		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
 	}
@@ -539,6 +565,7 @@ func (c Config) Validate() error {
 	if c.Cleanup.BatchSize < 1 || c.Cleanup.BatchSize > 10000 {
 		add("cleanup.batch_size (REGISTRYD_CLEANUP_BATCH_SIZE) must be between 1 and 10000, got %d", c.Cleanup.BatchSize)
 	}
+	c.validateAudit(add)
 	if c.Shutdown.DrainDelay < 0 {
 		add("shutdown.drain_delay (REGISTRYD_SHUTDOWN_DRAIN_DELAY) must not be negative (0 stops accepting at once), got %s", c.Shutdown.DrainDelay)
 	}
@@ -587,6 +614,23 @@ func (c Config) Validate() error {
 		return p
 	}
 	return nil
+}
+
+func (c Config) validateAudit(add func(string, ...any)) {
+	a := c.Audit
+	if a.Retention != 0 && a.Retention < time.Hour {
+		add("audit.retention (REGISTRYD_AUDIT_RETENTION) must be 0 (keep forever) or at least 1h, got %s", a.Retention)
+	}
+	if a.CallerDenialsPerMinute < 1 {
+		add("audit.caller_denials_per_minute must be at least 1, got %d", a.CallerDenialsPerMinute)
+	}
+	if a.RegistryDenialsPerMinute <= a.CallerDenialsPerMinute {
+		add("audit.registry_denials_per_minute (%d) must be greater than audit.caller_denials_per_minute (%d), or one caller could spend a registry's whole budget",
+			a.RegistryDenialsPerMinute, a.CallerDenialsPerMinute)
+	}
+	if a.AggregateInterval < time.Second || a.AggregateInterval > time.Hour {
+		add("audit.aggregate_interval must be between 1s and 1h, got %s", a.AggregateInterval)
+	}
 }
 
 // checkListen says what is wrong with a listen address, or "" when it is

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/auth"
+	"registryd/config"
+	"registryd/internal/clusterjob"
 	"registryd/maven"
 	"registryd/store"
 )
@@ -16,11 +19,13 @@ import (
 // Rule denials are recorded as audit events (GET /audit_events), GitLab's
 // virtual_registries_packages_maven_upstream_artifact_denied, off the
 // request path: a request queues the event and one goroutine writes queued
-// events in batches, one transaction each. A build asks for a refused file
-// and its checksums again and again; the same (upstream, file, caller) is
-// recorded once per denialAuditWindow (the metric counts every refusal). A
-// full queue drops the event (registryd_audit_events_dropped_total) rather
-// than slow the request.
+// events in batches, one transaction each (store.RecordAudit). A build
+// asks for a refused file and its checksums again and again; the same
+// (registry, upstream, file, caller) is recorded once per
+// denialAuditWindow (the metric counts every refusal). How many events a
+// caller or a registry may cause is bounded, and refusals past the bounds
+// are counted in aggregate events (audit_limit.go); the writer records
+// those every audit.aggregate_interval.
 
 const (
 	denialAuditWindow = 10 * time.Minute
@@ -30,11 +35,15 @@ const (
 )
 
 type auditQueue struct {
-	s  *Server
-	ch chan queuedAudit
+	s        *Server
+	ch       chan deniedFile
+	interval time.Duration // audit.aggregate_interval
+	met      *auditMetrics
 
-	mu   sync.Mutex
-	seen *simplelru.LRU[denialKey, time.Time]
+	mu     sync.Mutex // guards seen, limits and aggs
+	seen   *simplelru.LRU[denialKey, time.Time]
+	limits auditLimits
+	aggs   auditAggregates
 
 	bgMu sync.Mutex
 	stop chan struct{}
@@ -42,75 +51,106 @@ type auditQueue struct {
 }
 
 type denialKey struct {
-	registry, up, author int64
-	authorKind           auth.Kind
-	rel                  string
+	registry, up int64
+	caller       auditCaller
+	rel          string
 }
 
-// queuedAudit is an event on its way to the store, with its dedupe key,
-// which is forgotten again if the event cannot be written.
-type queuedAudit struct {
-	ev  store.AuditEvent
-	key denialKey
+func (k denialKey) aggregateKey() aggregateKey {
+	return aggregateKey{registry: k.registry, up: k.up, caller: k.caller}
 }
 
-func newAuditQueue(s *Server) (*auditQueue, error) {
+// deniedFile is one rule refusal on its way to the store: its own event,
+// or its share of an aggregate.
+type deniedFile struct {
+	key   denialKey
+	ev    store.AuditEvent
+	upURL string // the upstream's URL without a trailing slash
+}
+
+func newAuditQueue(s *Server, cfg config.Audit, reg prometheus.Registerer) (*auditQueue, error) {
 	seen, err := simplelru.NewLRU[denialKey, time.Time](auditSeenSize, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &auditQueue{s: s, ch: make(chan queuedAudit, auditQueueLen), seen: seen}, nil
+	limits, err := newAuditLimits(cfg.CallerDenialsPerMinute, cfg.RegistryDenialsPerMinute)
+	if err != nil {
+		return nil, err
+	}
+	met, err := newAuditMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	interval := cfg.AggregateInterval
+	if interval <= 0 {
+		interval = config.Default().Audit.AggregateInterval
+	}
+	return &auditQueue{s: s, ch: make(chan deniedFile, auditQueueLen), interval: interval, met: met, seen: seen,
+		limits: limits, aggs: auditAggregates{max: auditAggregatesMax}}, nil
 }
 
-// denied queues the audit event of upstream u's rules refusing x's file.
+// denied records upstream u's rules refusing x's file: as an event of its
+// own while the caller's and the registry's budgets allow and the queue
+// has room, else in its aggregate.
 func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 	now := q.s.now()
 	rel := x.path.EntryRel()
-	k := denialKey{registry: x.reg.id, up: u.id, authorKind: x.who.Kind, rel: rel}
-	switch x.who.Kind {
-	case auth.PersonalToken:
-		k.author = x.who.User.ID
-	case auth.DeployToken:
-		k.author = x.who.Deploy.ID
-	}
+	k := denialKey{registry: x.reg.id, up: u.id, caller: callerOf(x), rel: rel}
 	q.mu.Lock()
 	t, ok := q.seen.Get(k)
-	q.mu.Unlock()
 	if ok && now.Sub(t) < denialAuditWindow {
+		q.mu.Unlock()
 		return
 	}
 	k.rel = strings.Clone(rel) // the key outlives the request
+	// Seen at once: from here on the refusal is counted, in an event of
+	// its own or in an aggregate. (Two requests racing here may both
+	// count one: harmless.)
+	q.seen.Add(k, now)
+	q.mu.Unlock()
 
-	ev := store.AuditEvent{
+	upURL := strings.TrimSuffix(u.ep.URL, "/")
+	r := deniedFile{key: k, upURL: upURL, ev: store.AuditEvent{
 		EventName:     store.AuditUpstreamArtifactDenied,
 		EntityID:      x.reg.group,
 		EntityType:    store.AuditEntityGroup,
 		TargetID:      u.id,
 		TargetType:    store.AuditTargetMavenUpstream,
-		TargetDetails: strings.TrimSuffix(u.ep.URL, "/") + "/" + k.rel,
+		TargetDetails: upURL + "/" + k.rel,
 		Message:       "Blocked package request - " + v.Reason() + " (registry " + strconv.FormatInt(x.reg.id, 10) + ")",
 		IPAddress:     x.ctx.RemoteIP().String(),
 		CreatedAt:     now,
-	}
+	}}
 	// GitLab's authors: a user by id; a deploy token as author -2 under
-	// its own name.
+	// its own name; an anonymous caller as -1.
 	switch x.who.Kind {
 	case auth.PersonalToken:
-		ev.AuthorID, ev.AuthorName, ev.AuthorClass = x.who.User.ID, x.who.User.Name, store.AuditAuthorClassUser
+		r.ev.AuthorID, r.ev.AuthorName, r.ev.AuthorClass = x.who.User.ID, x.who.User.Name, store.AuditAuthorClassUser
 	case auth.DeployToken:
-		ev.AuthorID, ev.AuthorName, ev.AuthorClass = store.AuditAuthorDeployToken, x.who.Deploy.Name, store.AuditAuthorClassDeployToken
-	}
-	// Seen only once queued: a dropped event does not hide the next one.
-	// (Two requests racing here may both queue one: harmless.) An event
-	// queued after the writer stopped (a request that outlived Shutdown)
-	// is not written; it is counted as dropped by stopDrain.
-	select {
-	case q.ch <- queuedAudit{ev: ev, key: k}:
-		q.mu.Lock()
-		q.seen.Add(k, now)
-		q.mu.Unlock()
+		r.ev.AuthorID, r.ev.AuthorName, r.ev.AuthorClass = store.AuditAuthorDeployToken, x.who.Deploy.Name, store.AuditAuthorClassDeployToken
 	default:
-		q.s.met.auditDropped.Inc()
+		r.ev.AuthorID = store.AuditAuthorUnauthenticated
+	}
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	reason := q.limits.admit(k.caller, k.registry, now)
+	if reason == "" {
+		select {
+		case q.ch <- r:
+			return
+		default:
+			reason = aggQueueFull
+		}
+	}
+	q.aggregate(r, reason)
+}
+
+// aggregate counts r in its aggregate. Call with q.mu held.
+func (q *auditQueue) aggregate(r deniedFile, reason string) {
+	q.met.aggregated[reason].Inc()
+	if !q.aggs.merge(newAggregate(r)) {
+		q.met.unattributed.Inc()
 	}
 }
 
@@ -125,7 +165,9 @@ func (q *auditQueue) start() {
 	go q.run(q.stop, q.done)
 }
 
-// stopDrain stops the writer after it has written what is queued.
+// stopDrain stops the writer, then writes what is queued and the open
+// aggregates: whatever a request counted before it returned is recorded
+// (a request that outlives it is not).
 func (q *auditQueue) stopDrain() {
 	q.bgMu.Lock()
 	stop, done := q.stop, q.done
@@ -135,44 +177,37 @@ func (q *auditQueue) stopDrain() {
 		close(stop)
 		<-done
 	}
-	// What is still queued (the writer never ran, or a request queued
-	// after the drain) is not written: count it.
-	for {
-		select {
-		case <-q.ch:
-			q.s.met.auditDropped.Inc()
-		default:
-			return
-		}
+	for batch := q.drain(nil); len(batch) > 0; batch = q.drain(batch[:0]) {
+		q.write(batch)
 	}
+	q.flushAggregates(true)
 }
 
 func (q *auditQueue) run(stop, done chan struct{}) {
 	defer close(done)
-	batch := make([]queuedAudit, 0, auditBatch)
+	t := time.NewTicker(q.interval)
+	defer t.Stop()
+	batch := make([]deniedFile, 0, auditBatch)
 	for {
 		select {
-		case ev := <-q.ch:
-			batch = append(batch[:0], ev)
+		case r := <-q.ch:
+			batch = append(batch[:0], r)
+		case <-t.C:
+			q.flushAggregates(false)
+			continue
 		case <-stop:
-			for {
-				batch = q.drain(batch[:0])
-				if len(batch) == 0 {
-					return
-				}
-				q.write(batch)
-			}
+			return
 		}
 		q.write(q.drain(batch))
 	}
 }
 
 // drain adds what is queued to batch, up to auditBatch events.
-func (q *auditQueue) drain(batch []queuedAudit) []queuedAudit {
+func (q *auditQueue) drain(batch []deniedFile) []deniedFile {
 	for len(batch) < auditBatch {
 		select {
-		case ev := <-q.ch:
-			batch = append(batch, ev)
+		case r := <-q.ch:
+			batch = append(batch, r)
 		default:
 			return batch
 		}
@@ -180,13 +215,83 @@ func (q *auditQueue) drain(batch []queuedAudit) []queuedAudit {
 	return batch
 }
 
-// write records a batch in one transaction, with each group's full path.
-func (q *auditQueue) write(batch []queuedAudit) {
-	paths := map[int64]string{}
+// write records a batch of single events in one transaction. When the
+// write fails, each refusal is counted in its aggregate instead, which the
+// next flush writes.
+func (q *auditQueue) write(batch []deniedFile) {
 	evs := make([]store.AuditEvent, len(batch))
 	for i := range batch {
+		evs[i] = batch[i].ev
+	}
+	if err := q.record(evs); err != nil {
+		q.s.log.Warn("recording audit events of rule denials; counted in aggregate events instead",
+			"events", len(batch), "err", err)
+		q.mu.Lock()
+		for _, r := range batch {
+			q.aggregate(r, aggWriteFailed)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// flushAggregates writes the open aggregates as events, in batches of one
+// transaction each. A batch that fails goes back to the table for the next
+// flush, unless final (the writer is stopping): it is then counted dropped.
+func (q *auditQueue) flushAggregates(final bool) {
+	q.mu.Lock()
+	keyed, overflow := q.aggs.take()
+	q.mu.Unlock()
+	aggs, evs := keyed, make([]store.AuditEvent, 0, len(keyed)+1)
+	for _, a := range keyed {
+		evs = append(evs, a.event())
+	}
+	if overflow != nil {
+		aggs = append(aggs, overflow)
+		evs = append(evs, overflow.unattributedEvent())
+		q.s.log.Warn("refusals past the audit limits recorded without their callers: too many callers and upstreams at once",
+			"refusals", overflow.count, "aggregates", auditAggregatesMax)
+	}
+	for start := 0; start < len(evs); start += auditBatch {
+		end := min(start+auditBatch, len(evs))
+		err := q.record(evs[start:end])
+		if err == nil {
+			continue
+		}
+		q.s.log.Warn("recording aggregate audit events of rule denials", "events", end-start, "final", final, "err", err)
+		if final {
+			q.s.met.auditDropped.Add(float64(end - start))
+			continue
+		}
+		q.mu.Lock()
+		for _, a := range aggs[start:end] {
+			if a == overflow {
+				q.aggs.overflow = mergeOverflow(q.aggs.overflow, a)
+			} else if !q.aggs.merge(a) {
+				q.met.unattributed.Add(float64(a.count))
+			}
+		}
+		q.mu.Unlock()
+	}
+}
+
+func mergeOverflow(o, a *aggregate) *aggregate {
+	if o == nil {
+		return a
+	}
+	o.absorb(a)
+	return o
+}
+
+// record writes evs in one transaction, with each group's full path. It is
+// the one store call of the audit writer (a batched index writer can take
+// it over as is).
+func (q *auditQueue) record(evs []store.AuditEvent) error {
+	paths := map[int64]string{}
+	for i := range evs {
 		ev := &evs[i]
-		*ev = batch[i].ev
+		if ev.EntityType != store.AuditEntityGroup {
+			continue
+		}
 		p, ok := paths[ev.EntityID]
 		if !ok {
 			if g, err := q.s.st.Group(ev.EntityID); err == nil {
@@ -196,13 +301,50 @@ func (q *auditQueue) write(batch []queuedAudit) {
 		}
 		ev.EntityPath = p
 	}
-	if _, err := q.s.st.RecordAudit(evs...); err != nil {
-		q.s.met.auditDropped.Add(float64(len(batch)))
-		q.s.log.Warn("recording audit events of rule denials", "events", len(batch), "err", err)
-		q.mu.Lock()
-		for _, b := range batch {
-			q.seen.Remove(b.key)
-		}
-		q.mu.Unlock()
+	_, err := q.s.st.RecordAudit(evs...)
+	return err
+}
+
+// auditMetrics count what the bounds on audit events did.
+type auditMetrics struct {
+	aggregated      map[string]prometheus.Counter // by reason, every reason resolved
+	unattributed    prometheus.Counter
+	deleted         prometheus.Counter
+	retentionErrors prometheus.Counter
+}
+
+func newAuditMetrics(reg prometheus.Registerer) (*auditMetrics, error) {
+	const ns, sub = "registryd", "audit"
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "denials_aggregated_total",
+		Help: "Rule refusals counted in an aggregate audit event instead of an event of their own: the caller's or the registry's budget was spent, the writer's queue was full, or the write failed.",
+	}, []string{"reason"})
+	m := &auditMetrics{aggregated: map[string]prometheus.Counter{},
+		unattributed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "denials_unattributed_total",
+			Help: "Rule refusals counted in the instance's aggregate audit event because too many callers and upstreams were past the limits at once.",
+		}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "events_deleted_total",
+			Help: "Audit events deleted because they were older than audit.retention.",
+		}),
+		retentionErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "retention_errors_total",
+			Help: "Runs of the audit retention job that failed (the index could not be read or written).",
+		}),
 	}
+	for _, r := range aggReasons {
+		m.aggregated[r] = vec.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{vec, m.unattributed, m.deleted, m.retentionErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// The retention job's series of registryd_cluster_job_skipped_total.
+	_, err := clusterjob.NewSkipped(reg, jobAuditRetention)
+	return m, err
 }

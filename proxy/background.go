@@ -189,7 +189,8 @@ func (s *Server) collector(stop, done chan struct{}) {
 // Start runs the background work: the download-count flusher (every
 // cache.flush_interval), the collector (every cache.collect_interval, and
 // at once after a delete or purge; a purge left by a crash is resumed at the
-// first period) and the evictor (evict.go).
+// first period), the evictor (evict.go), the audit retention job
+// (audit_retention.go) and the audit writer (audit.go).
 func (s *Server) Start() {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
@@ -205,6 +206,7 @@ func (s *Server) Start() {
 	})
 	go s.collector(s.collectorStop, s.collectorDone)
 	s.startEvictor()
+	s.startAuditRetention()
 	s.audit.start()
 }
 
@@ -238,11 +240,12 @@ func (s *Server) StopCounting() error {
 	return s.FlushDownloads()
 }
 
-// StopCollector stops the evictor and the collector and waits for runs in
-// progress.
+// StopCollector stops the evictor, the collector and the audit retention
+// job and waits for runs in progress.
 func (s *Server) StopCollector() {
 	s.bgMu.Lock()
 	s.stopEvictor()
+	s.stopAuditRetention()
 	s.bgMu.Unlock()
 	s.bgMu.Lock()
 	stop, done := s.collectorStop, s.collectorDone

@@ -133,7 +133,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		}, []string{"registry", "outcome"}),
 		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "audit", Name: "events_dropped_total",
-			Help: "Audit events of rule denials not recorded because the queue was full or the write failed.",
+			Help: "Audit events of rule denials not recorded: their write failed while the writer was stopping.",
 		}),
 		upstreamReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "requests_total",

@@ -138,6 +138,8 @@ type Server struct {
 	flusherDone   chan struct{}
 	collectorStop chan struct{}
 	collectorDone chan struct{}
+	retentionStop chan struct{} // the audit retention job (audit_retention.go)
+	retentionDone chan struct{}
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -186,7 +188,7 @@ func New(d Deps) (*Server, error) {
 	if s.composed, err = newComposedCache(int64(d.Config.Metadata.MemoryBytes)); err != nil {
 		return nil, err
 	}
-	if s.audit, err = newAuditQueue(s); err != nil {
+	if s.audit, err = newAuditQueue(s, d.Config.Audit, d.Registerer); err != nil {
 		return nil, err
 	}
 	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {

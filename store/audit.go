@@ -15,7 +15,7 @@ import (
 // (the author) did what (EventName, Message) to what (the target) within
 // which scope (the entity). Audit events are not activity events (events.go):
 // they answer "who was refused or changed what", for administrators and
-// group owners, and are kept forever.
+// group owners, and are kept for audit.retention (ExpireAuditEvents).
 type AuditEvent struct {
 	ID        int64
 	EventName string
@@ -36,6 +36,16 @@ type AuditEvent struct {
 	Message       string // GitLab's custom_message
 	IPAddress     string
 	CreatedAt     time.Time // set by the store clock when zero
+
+	// Count makes the event an aggregate: it stands for Count occurrences
+	// (refusals past the audit rate limits) between FirstAt and CreatedAt,
+	// the first of which concerned FirstDetails and the last LastDetails
+	// (what TargetDetails says of a single event). 0 is an event that
+	// stands for itself; the other three are then empty.
+	Count        int64
+	FirstAt      time.Time // set to CreatedAt when zero
+	FirstDetails string
+	LastDetails  string
 }
 
 // Entity types, GitLab's class names (AuditEventFinder::VALID_ENTITY_TYPES).
@@ -103,12 +113,23 @@ const auditFixedLen = 1 + 8 + 8 + 8 + 8 + 1
 
 // encodeAuditEvent is the stored record: the fixed part, then the strings,
 // each a uvarint length and its bytes, in a fixed order. It is about 40 %
-// smaller than the same event as JSON, which matters for records kept forever.
+// smaller than the same event as JSON, which matters for records kept for
+// years.
+//
+// An aggregate (Count > 0) goes on after the strings: Count and FirstAt
+// (Unix ms) as uvarints, then FirstDetails and LastDetails as strings. A
+// single event ends after the strings, as every record did before
+// aggregates, and a registryd from before them reads an aggregate as the
+// single event of its last refusal (it ignores what follows the strings):
+// going back needs no change to the records.
 func encodeAuditEvent(e *AuditEvent) []byte {
 	strs := e.strings()
 	n := auditFixedLen
 	for _, s := range strs {
 		n += binary.MaxVarintLen32 + len(*s)
+	}
+	if e.Count > 0 {
+		n += 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen32 + len(e.FirstDetails) + len(e.LastDetails)
 	}
 	b := make([]byte, auditFixedLen, n)
 	b[0] = auditRecordVersion
@@ -118,10 +139,19 @@ func encodeAuditEvent(e *AuditEvent) []byte {
 	binary.BigEndian.PutUint64(b[25:], uint64(e.TargetID))
 	b[33] = auditEntityCode(e.EntityType)
 	for _, s := range strs {
-		b = binary.AppendUvarint(b, uint64(len(*s)))
-		b = append(b, *s...)
+		b = appendAuditString(b, *s)
+	}
+	if e.Count > 0 {
+		b = binary.AppendUvarint(b, uint64(e.Count))
+		b = binary.AppendUvarint(b, uint64(e.FirstAt.UnixMilli()))
+		b = appendAuditString(b, e.FirstDetails)
+		b = appendAuditString(b, e.LastDetails)
 	}
 	return b
+}
+
+func appendAuditString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 // strings are the string fields in their stored order. New fields go at
@@ -132,29 +162,69 @@ func (e *AuditEvent) strings() []*string {
 }
 
 func decodeAuditEvent(id int64, v []byte, e *AuditEvent) error {
-	if len(v) < auditFixedLen || v[0] != auditRecordVersion {
-		return fmt.Errorf("store: corrupt audit event %d (%d bytes)", id, len(v))
-	}
-	code := v[33]
-	if code == 0 || int(code) > len(AuditEntityTypes) {
-		return fmt.Errorf("store: audit event %d has entity type code %d", id, code)
+	code, entity, err := auditScope(id, v)
+	if err != nil {
+		return err
 	}
 	*e = AuditEvent{ID: id, CreatedAt: time.UnixMilli(int64(binary.BigEndian.Uint64(v[1:]))).UTC(),
-		AuthorID: int64(binary.BigEndian.Uint64(v[9:])), EntityID: int64(binary.BigEndian.Uint64(v[17:])),
+		AuthorID: int64(binary.BigEndian.Uint64(v[9:])), EntityID: entity,
 		TargetID: int64(binary.BigEndian.Uint64(v[25:])), EntityType: AuditEntityTypes[code-1]}
-	rest := v[auditFixedLen:]
+	r := auditReader{rest: v[auditFixedLen:]}
 	for _, s := range e.strings() {
-		if len(rest) == 0 {
-			break
+		if len(r.rest) == 0 {
+			return nil
 		}
-		n, k := binary.Uvarint(rest)
-		if k <= 0 || n > uint64(len(rest)-k) {
-			return fmt.Errorf("store: corrupt audit event %d", id)
+		*s = r.string()
+	}
+	if len(r.rest) > 0 {
+		e.Count = int64(r.uvarint())
+		e.FirstAt = time.UnixMilli(int64(r.uvarint())).UTC()
+		e.FirstDetails, e.LastDetails = r.string(), r.string()
+		if e.Count <= 0 {
+			r.bad = true
 		}
-		*s = string(rest[k : k+int(n)])
-		rest = rest[k+int(n):]
+	}
+	if r.bad {
+		return fmt.Errorf("store: corrupt audit event %d", id)
 	}
 	return nil
+}
+
+// auditReader reads the variable part of a record; a read past its end
+// sets bad and returns zero values.
+type auditReader struct {
+	rest []byte
+	bad  bool
+}
+
+func (r *auditReader) uvarint() uint64 {
+	n, k := binary.Uvarint(r.rest)
+	if k <= 0 {
+		r.bad, r.rest = true, nil
+		return 0
+	}
+	r.rest = r.rest[k:]
+	return n
+}
+
+func (r *auditReader) string() string {
+	n := r.uvarint()
+	if n > uint64(len(r.rest)) {
+		r.bad, r.rest = true, nil
+		return ""
+	}
+	s := string(r.rest[:n])
+	r.rest = r.rest[n:]
+	return s
+}
+
+// auditScope reads the entity type code and the entity id of a stored
+// record, which its index keys are made of.
+func auditScope(id int64, v []byte) (code byte, entity int64, err error) {
+	if len(v) < auditFixedLen || v[0] != auditRecordVersion || v[33] == 0 || int(v[33]) > len(AuditEntityTypes) {
+		return 0, 0, fmt.Errorf("store: corrupt audit event %d (%d bytes)", id, len(v))
+	}
+	return v[33], int64(binary.BigEndian.Uint64(v[17:])), nil
 }
 
 // Index keys. Every index orders one scope's events by (created_at, id), so
@@ -238,6 +308,20 @@ func prepareAudit(e *AuditEvent, now time.Time, prefix string, v *ValidationErro
 	if y := e.CreatedAt.Year(); y < 1970 || y > 9999 {
 		v.Add(prefix+"created_at", "is invalid")
 	}
+	switch {
+	case e.Count < 0:
+		v.Add(prefix+"count", "must be greater than or equal to 0")
+	case e.Count == 0:
+		e.FirstAt, e.FirstDetails, e.LastDetails = time.Time{}, "", ""
+	default:
+		if e.FirstAt.IsZero() {
+			e.FirstAt = e.CreatedAt
+		}
+		e.FirstAt = e.FirstAt.UTC().Truncate(time.Millisecond)
+		if e.FirstAt.Year() < 1970 || e.FirstAt.After(e.CreatedAt) {
+			v.Add(prefix+"first_at", "must not be after created_at")
+		}
+	}
 	switch e.AuthorID {
 	case AuditAuthorUnauthenticated:
 		if e.AuthorName == "" {
@@ -259,7 +343,7 @@ func prepareAudit(e *AuditEvent, now time.Time, prefix string, v *ValidationErro
 		max int
 	}{{&e.AuthorName, MaxAuditShort}, {&e.AuthorClass, MaxAuditShort}, {&e.TargetType, MaxAuditShort},
 		{&e.IPAddress, MaxAuditShort}, {&e.EntityPath, MaxAuditDetail}, {&e.TargetDetails, MaxAuditDetail},
-		{&e.Message, MaxAuditDetail}} {
+		{&e.Message, MaxAuditDetail}, {&e.FirstDetails, MaxAuditDetail}, {&e.LastDetails, MaxAuditDetail}} {
 		*f.s = truncateAudit(*f.s, f.max)
 	}
 }
@@ -294,7 +378,7 @@ func (s *Store) RecordAudit(evs ...AuditEvent) ([]AuditEvent, error) {
 		for _, b := range []kv.Bucket{events, byTime, byType} {
 			b.SetFillPercent(0.95)
 		}
-		delta := map[string]uint64{}
+		delta := map[string]int64{}
 		for i := range out {
 			e := &out[i]
 			id, err := nextID(events)
@@ -319,22 +403,33 @@ func (s *Store) RecordAudit(evs ...AuditEvent) ([]AuditEvent, error) {
 				delta[string(k)]++
 			}
 		}
-		counts := tx.Bucket(bktAuditCounts)
-		for k, d := range delta {
-			n := d
-			if v := counts.Get([]byte(k)); v != nil {
-				n += binary.BigEndian.Uint64(v)
-			}
-			if err := counts.Put([]byte(k), binary.BigEndian.AppendUint64(nil, n)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return addAuditCounts(tx.Bucket(bktAuditCounts), delta)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// addAuditCounts adds delta (by key of audit_counts, negative to take
+// away) to the counters; a counter that reaches 0 is deleted.
+func addAuditCounts(counts kv.Bucket, delta map[string]int64) error {
+	for k, d := range delta {
+		n := int64(0)
+		if v := counts.Get([]byte(k)); v != nil {
+			n = int64(binary.BigEndian.Uint64(v))
+		}
+		if n += d; n <= 0 {
+			if err := counts.Delete([]byte(k)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := counts.Put([]byte(k), binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AuditEvent returns one audit event by id.

@@ -65,6 +65,64 @@ func TestRecordAuditBatch(t *testing.T) {
 	}
 }
 
+// An aggregate keeps its count, its first time and the details of its
+// first and last occurrence; a single event carries none of them, and a
+// reader that stops after the strings (a registryd from before aggregates)
+// sees the aggregate as a single event.
+func TestRecordAuditAggregate(t *testing.T) {
+	s, _ := openTest(t)
+	last := time.Date(2026, 3, 1, 12, 0, 59, 0, time.UTC)
+	agg := denial(7, 3, 2, "")
+	agg.TargetDetails, agg.CreatedAt = "https://repo.example/maven2", last
+	agg.Count, agg.FirstAt = 4950, last.Add(-59*time.Second)
+	agg.FirstDetails, agg.LastDetails = "https://repo.example/maven2/a/1/a-1.jar", "https://repo.example/maven2/z/1/z-1.jar"
+	noFirst := agg
+	noFirst.FirstAt = time.Time{}
+	single := denial(7, 3, 2, "a.jar")
+	single.FirstDetails = "ignored without a count"
+	got := ok(s.RecordAudit(agg, noFirst, single))(t)
+	for i, want := range got {
+		if e := ok(s.AuditEvent(want.ID))(t); e != want {
+			t.Fatalf("event %d stored as %+v\nreturned %+v", i, e, want)
+		}
+	}
+	if got[0].Count != 4950 || !got[0].FirstAt.Equal(agg.FirstAt) || got[0].FirstDetails != agg.FirstDetails ||
+		got[0].LastDetails != agg.LastDetails {
+		t.Fatalf("aggregate %+v", got[0])
+	}
+	if !got[1].FirstAt.Equal(last) {
+		t.Fatalf("aggregate without first_at: %v, want created_at %v", got[1].FirstAt, last)
+	}
+	if got[2].Count != 0 || got[2].FirstDetails != "" || !got[2].FirstAt.IsZero() {
+		t.Fatalf("single event %+v", got[2])
+	}
+
+	// What an older binary reads: the fixed part and the strings.
+	rec := encodeAuditEvent(&got[0])
+	plain := got[0]
+	plain.Count, plain.FirstAt, plain.FirstDetails, plain.LastDetails = 0, time.Time{}, "", ""
+	old := encodeAuditEvent(&plain)
+	if !slices.Equal(rec[:len(old)], old) {
+		t.Fatal("an aggregate's record does not begin with its single event's record")
+	}
+	var e AuditEvent
+	if err := decodeAuditEvent(got[0].ID, rec[:len(rec)-3], &e); err == nil {
+		t.Fatal("a cut aggregate decoded")
+	}
+
+	var ve *ValidationError
+	bad := agg
+	bad.FirstAt = last.Add(time.Second)
+	if _, err := s.RecordAudit(bad); !errors.As(err, &ve) || ve.Fields["first_at"] == nil {
+		t.Fatalf("first_at after created_at: %v", err)
+	}
+	bad = agg
+	bad.Count = -1
+	if _, err := s.RecordAudit(bad); !errors.As(err, &ve) || ve.Fields["count"] == nil {
+		t.Fatalf("negative count: %v", err)
+	}
+}
+
 func TestRecordAuditTruncates(t *testing.T) {
 	s, _ := openTest(t)
 	e := denial(7, 3, 2, strings.Repeat("é", 6000))
