@@ -53,8 +53,9 @@ func (b *bench) soak() error {
 		return err
 	}
 	defer d.stop()
-	if b.rep.Tools["load"] == "" {
+	if b.rep.Tools["load"] == "" { // a soak-only run
 		b.rep.Tools["load"] = "go client"
+		b.rep.Tools["baseline"] = "none"
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench:   "+format+"\n", args...) }
 	res, err := soak.Run(soak.Config{

@@ -60,39 +60,20 @@ type Config struct {
 
 // Defaults fills the zero fields of c.
 func (c Config) Defaults() Config {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Duration, 10*time.Minute)
-	def(&c.Window, time.Minute)
-	def(&c.PurgeEvery, time.Minute)
-	def(&c.PurgeDeadline, time.Minute)
-	def(&c.AdminEvery, 250*time.Millisecond)
-	def(&c.RequestTimeout, time.Minute)
-	def(&c.DrainTimeout, 2*time.Minute)
-	if c.Conns == 0 {
-		c.Conns = 64
-	}
-	if c.MissShare == 0 {
-		c.MissShare = 0.08
-	}
-	if c.MetaShare == 0 {
-		c.MetaShare = 0.10
-	}
-	if c.HeadShare == 0 {
-		c.HeadShare = 0.05
-	}
-	if c.DeniedShare == 0 {
-		c.DeniedShare = 0.01
-	}
-	if c.HotFiles == 0 {
-		c.HotFiles = 2000
-	}
-	if c.MetaArtifacts == 0 {
-		c.MetaArtifacts = 100
-	}
+	orDefault(&c.Duration, 10*time.Minute)
+	orDefault(&c.Window, time.Minute)
+	orDefault(&c.PurgeEvery, time.Minute)
+	orDefault(&c.PurgeDeadline, time.Minute)
+	orDefault(&c.AdminEvery, 250*time.Millisecond)
+	orDefault(&c.RequestTimeout, time.Minute)
+	orDefault(&c.DrainTimeout, 2*time.Minute)
+	orDefault(&c.Conns, 64)
+	orDefault(&c.MissShare, 0.08)
+	orDefault(&c.MetaShare, 0.10)
+	orDefault(&c.HeadShare, 0.05)
+	orDefault(&c.DeniedShare, 0.01)
+	orDefault(&c.HotFiles, 2000)
+	orDefault(&c.MetaArtifacts, 100)
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -100,6 +81,13 @@ func (c Config) Defaults() Config {
 		c.Secret = func(string, string) {}
 	}
 	return c
+}
+
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 // Target is the running daemon.
@@ -354,34 +342,47 @@ func (r *run) problem(what, detail string) {
 	}
 }
 
-// adminLoop sends one admin write every AdminEvery until stop.
-func (r *run) adminLoop(stop <-chan struct{}) {
-	c := &churn{a: r.api, w: &r.w, secret: r.cfg.Secret}
-	t := time.NewTicker(r.cfg.AdminEvery)
+// every calls fn every d until stop (a call that takes longer skips ticks).
+func every(stop <-chan struct{}, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-		}
-		start := time.Now()
-		ws := r.window(start)
-		ws.req[cAdmin].Add(1)
-		status, err := c.next()
-		ws.lat[cAdmin].add(time.Since(start))
-		switch {
-		case status >= 500:
-			ws.s5xx.Add(1)
-			if status == http.StatusInternalServerError {
-				ws.s500.Add(1)
-			}
-			r.problem("5xx", err.Error())
-		case err != nil:
-			ws.errors.Add(1)
-			r.problem("admin write failed", err.Error())
+			fn()
 		}
 	}
+}
+
+// admin times and counts one admin request started at start: a 5xx in the
+// 5xx counts, any other failure as a client error.
+func (r *run) admin(start time.Time, status int, err error, what string) {
+	ws := r.window(start)
+	ws.req[cAdmin].Add(1)
+	ws.lat[cAdmin].add(time.Since(start))
+	switch {
+	case status >= 500:
+		ws.s5xx.Add(1)
+		if status == http.StatusInternalServerError {
+			ws.s500.Add(1)
+		}
+		r.problem("5xx", err.Error())
+	case err != nil:
+		ws.errors.Add(1)
+		r.problem(what, err.Error())
+	}
+}
+
+// adminLoop sends one admin write every AdminEvery until stop.
+func (r *run) adminLoop(stop <-chan struct{}) {
+	c := &churn{a: r.api, w: &r.w, secret: r.cfg.Secret}
+	every(stop, r.cfg.AdminEvery, func() {
+		start := time.Now()
+		status, err := c.next()
+		r.admin(start, status, err, "admin write failed")
+	})
 }
 
 // Purge is one purge of the registry's cache during the run.
@@ -402,14 +403,7 @@ type Purge struct {
 const DrainedPending = 1024
 
 func (r *run) purgeLoop(stop <-chan struct{}) {
-	t := time.NewTicker(r.cfg.PurgeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	every(stop, r.cfg.PurgeEvery, func() {
 		r.mu.Lock()
 		var before sample
 		if n := len(r.samples); n > 0 {
@@ -420,24 +414,13 @@ func (r *run) purgeLoop(stop <-chan struct{}) {
 		status, err := purge(r.api, &r.w)
 		p := Purge{At: start.Sub(r.start).Seconds(), Took: time.Since(start).Seconds(), Status: status,
 			EntriesBefore: before.Entries, PendingBefore: before.Pending, DrainedAfter: -1}
-		ws := r.window(start)
-		ws.req[cAdmin].Add(1)
-		ws.lat[cAdmin].add(time.Since(start))
-		if err != nil {
-			if status >= 500 {
-				ws.s5xx.Add(1)
-				if status == http.StatusInternalServerError {
-					ws.s500.Add(1)
-				}
-			}
-			r.problem("purge failed", err.Error())
-		}
+		r.admin(start, status, err, "purge failed")
 		r.mu.Lock()
 		r.purges = append(r.purges, p)
 		r.mu.Unlock()
 		r.cfg.Logf("soak:   purge at %.0fs answered %d in %.3fs (%.0f entries live, %.0f pending before)",
 			p.At, status, p.Took, p.EntriesBefore, p.PendingBefore)
-	}
+	})
 }
 
 // sampler reads RSS and /metrics every second, prints each window's line
