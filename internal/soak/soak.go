@@ -424,7 +424,9 @@ func (r *run) purgeLoop(stop <-chan struct{}) {
 }
 
 // sampler reads RSS and /metrics every second, prints each window's line
-// as it closes, and offers each sample on fresh (for the drain).
+// as it closes, and offers each sample on fresh (for the drain). A printed
+// line lacks the requests of its window still running at its end (they
+// count when they end): the Result's table is the exact one.
 func (r *run) sampler(stop <-chan struct{}, done chan<- struct{}, fresh chan sample) {
 	defer close(done)
 	t := time.NewTicker(time.Second)
