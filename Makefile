@@ -4,7 +4,7 @@ BIN     := bin/registryd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test test-cluster fmt-check vet bench clean
+.PHONY: build run test test-cluster fmt-check vet bench soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/registryd
@@ -37,6 +37,14 @@ vet:
 # Head-to-head benchmarks; prints ratios and writes bench/out/latest.json.
 bench:
 	$(GO) run ./bench
+
+# Issue 20's soak (docs/performance.md, "Soak"): 10 minutes of misses,
+# merged metadata, rules, admin writes and purges against a 256 MiB budget;
+# prints a line a minute and the goals, writes bench/out/soak.json.
+# SOAK_DURATION=3m make soak for a shorter run.
+SOAK_DURATION ?= 10m
+soak:
+	$(GO) run ./bench -only soak -soak-duration $(SOAK_DURATION) -out bench/out/soak.json
 
 clean:
 	rm -rf bin

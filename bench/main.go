@@ -6,6 +6,7 @@
 // machines are shared and noisy, so an absolute number means little.
 //
 //	go run ./bench [-rounds 3] [-duration 5s] [-only a,b,c] [-out bench/out/latest.json]
+//	go run ./bench -only soak [-soak-duration 10m]   # issue 20's soak, not part of the default run
 //
 // It installs nothing: without nginx the baseline is a Go static server and
 // the proxy_cache comparisons are skipped; without wrk the load comes from a
@@ -23,6 +24,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"registryd/internal/soak"
 )
 
 type options struct {
@@ -34,6 +37,7 @@ type options struct {
 	scaleN   int
 	purgeN   int
 	pprof    string
+	soak     soakOptions
 }
 
 func main() {
@@ -41,12 +45,13 @@ func main() {
 	var only string
 	flag.IntVar(&o.rounds, "rounds", 3, "alternating rounds per comparison (medians are reported)")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one load run")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..h, k, purge); default all")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (a..h, k, purge, soak); default all but soak")
 	flag.StringVar(&o.out, "out", "bench/out/latest.json", "where to write the JSON results")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	flag.IntVar(&o.scaleN, "scale-entries", 1_000_000, "cache entries for the scale scenario")
 	flag.IntVar(&o.purgeN, "purge-entries", 100_000, "cache entries (each with its own blob) purged in the purge scenario")
 	flag.StringVar(&o.pprof, "pprof", "", "serve registryd's pprof on this address (for profiling a scenario)")
+	o.soak.flags()
 	flag.Parse()
 	if only != "" {
 		o.only = map[string]bool{}
@@ -85,11 +90,14 @@ type report struct {
 	Tools   map[string]string `json:"tools"`
 	Skipped []string          `json:"skipped,omitempty"`
 	Figures []figure          `json:"figures"`
+	// Soak is the soak's whole record: windows, purges, samples.
+	Soak *soak.Result `json:"soak,omitempty"`
 }
 
 // bench is the state shared by the scenarios.
 type bench struct {
 	o      options
+	bin    string // the registryd binary
 	work   string
 	root   string // origin document root
 	origin *origin
@@ -112,6 +120,63 @@ func run(o options) error {
 	b := &bench{o: o, work: work, root: filepath.Join(work, "origin"), rep: &report{
 		When: time.Now().UTC(), Machine: machine(), Tools: map[string]string{},
 	}}
+	scenarios := []struct {
+		id  string
+		fn  func() error
+		doc string
+		// own: the scenario starts its own daemon and upstreams, so the
+		// shared origin, load tools and daemon are not needed for it;
+		// optIn: it runs only when -only names it.
+		own, optIn bool
+	}{
+		{"a", b.smallHits, "cache-hit requests/s, random 1 KB artifacts out of 1,000, 32 connections", false, false},
+		{"b", b.bigHits, "cache-hit throughput of a 64 MB artifact, 1 and 4 connections", false, false},
+		{"c", b.coldMiss, "cold miss of a 64 MB artifact: total time and time to first byte", false, false},
+		{"d", b.herds, "herds of 32 and 256 cold requests for one file (1 KB and 64 MB)", false, false},
+		{"e", b.peakMemory, "peak RSS while 50 clients download the 64 MB artifact", false, false},
+		{"g", b.replay, "replay of a Maven build's request mix against nginx proxy_cache", false, false},
+		{"h", b.accessLogCost, "cache-hit requests/s with the access log on (to a file) vs off", false, false},
+		{"purge", b.purge, "hit latency while a registry of 100k entries is purged and collected", false, false},
+		{"f", b.scale, "1M cache entries: hit rate, start-up, searches", false, false},
+		{"k", b.cluster, "cluster (PostgreSQL + MinIO, two nodes): hit of a file filled on another node, cross-node miss", false, false},
+		{"soak", b.soak, "issue 20's soak: misses, merged metadata, rules, admin writes and purges under sustained load", true, true},
+	}
+	selected := scenarios[:0:0]
+	shared := false
+	for _, s := range scenarios {
+		if (b.o.only == nil && !s.optIn) || b.o.only[s.id] {
+			selected = append(selected, s)
+			shared = shared || !s.own
+		}
+	}
+	fmt.Fprintln(os.Stderr, "bench: building registryd")
+	if b.bin, err = buildRegistryd(work); err != nil {
+		return err
+	}
+	if shared {
+		if err := b.startShared(); err != nil {
+			return err
+		}
+		defer b.origin.stop()
+		defer func() { b.reg.stop() }()
+	}
+	for _, s := range selected {
+		fmt.Fprintf(os.Stderr, "bench: %s) %s\n", s.id, s.doc)
+		if err := s.fn(); err != nil {
+			return fmt.Errorf("scenario %s: %w", s.id, err)
+		}
+	}
+	b.print()
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(b.rep, "", "  ")
+	return os.WriteFile(o.out, append(raw, '\n'), 0o644)
+}
+
+// startShared writes the origin files, starts the origin (nginx or a Go
+// server) and the daemon the classic scenarios share.
+func (b *bench) startShared() error {
 	_, nginxErr := exec.LookPath("nginx")
 	_, wrkErr := exec.LookPath("wrk")
 	if nginxErr != nil {
@@ -127,61 +192,29 @@ func run(o options) error {
 	if err := b.makeOrigin(); err != nil {
 		return err
 	}
-	if b.origin, err = startOrigin(b.root, work, nginxErr == nil); err != nil {
+	var err error
+	if b.origin, err = startOrigin(b.root, b.work, nginxErr == nil); err != nil {
 		return err
 	}
-	defer b.origin.stop()
-	if b.load, err = newLoader(work, wrkErr == nil); err != nil {
+	if b.load, err = newLoader(b.work, wrkErr == nil); err != nil {
+		b.origin.stop()
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "bench: building and starting registryd")
-	bin, err := buildRegistryd(work)
-	if err != nil {
-		return err
-	}
+	fmt.Fprintln(os.Stderr, "bench: starting registryd")
 	// The access log goes to a file on disk, as in production, not through
 	// the pipe the bench reads the start line from.
-	b.reg = &daemon{bin: bin, dataDir: filepath.Join(work, "data"), pprof: o.pprof,
-		env: []string{"REGISTRYD_PROXY_ACCESS_LOG_PATH=" + filepath.Join(work, "access.log")}}
+	b.reg = &daemon{bin: b.bin, dataDir: filepath.Join(b.work, "data"), pprof: b.o.pprof,
+		env: []string{"REGISTRYD_PROXY_ACCESS_LOG_PATH=" + filepath.Join(b.work, "access.log")}}
 	if err := b.reg.start(); err != nil {
+		b.origin.stop()
 		return err
 	}
-	defer func() { b.reg.stop() }()
 	if err := b.reg.setup(b.origin.URL); err != nil {
+		b.reg.stop()
+		b.origin.stop()
 		return err
 	}
-
-	scenarios := []struct {
-		id  string
-		fn  func() error
-		doc string
-	}{
-		{"a", b.smallHits, "cache-hit requests/s, random 1 KB artifacts out of 1,000, 32 connections"},
-		{"b", b.bigHits, "cache-hit throughput of a 64 MB artifact, 1 and 4 connections"},
-		{"c", b.coldMiss, "cold miss of a 64 MB artifact: total time and time to first byte"},
-		{"d", b.herds, "herds of 32 and 256 cold requests for one file (1 KB and 64 MB)"},
-		{"e", b.peakMemory, "peak RSS while 50 clients download the 64 MB artifact"},
-		{"g", b.replay, "replay of a Maven build's request mix against nginx proxy_cache"},
-		{"h", b.accessLogCost, "cache-hit requests/s with the access log on (to a file) vs off"},
-		{"purge", b.purge, "hit latency while a registry of 100k entries is purged and collected"},
-		{"f", b.scale, "1M cache entries: hit rate, start-up, searches"},
-		{"k", b.cluster, "cluster (PostgreSQL + MinIO, two nodes): hit of a file filled on another node, cross-node miss"},
-	}
-	for _, s := range scenarios {
-		if b.o.only != nil && !b.o.only[s.id] {
-			continue
-		}
-		fmt.Fprintf(os.Stderr, "bench: %s) %s\n", s.id, s.doc)
-		if err := s.fn(); err != nil {
-			return fmt.Errorf("scenario %s: %w", s.id, err)
-		}
-	}
-	b.print()
-	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
-		return err
-	}
-	raw, _ := json.MarshalIndent(b.rep, "", "  ")
-	return os.WriteFile(o.out, append(raw, '\n'), 0o644)
+	return nil
 }
 
 func (b *bench) skip(why string) {

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"registryd/internal/soak"
 )
 
 const benchRootToken = "rdpat-bench-root-token-0123456789"
@@ -214,24 +216,6 @@ func (d *daemon) base() string {
 	return fmt.Sprintf("%s/api/v4/virtual_registries/packages/maven/%d", d.Proxy, d.Registry)
 }
 
-// rss reads the resident set size of pid in bytes.
-func rss(pid int) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}
-
 // peakRSS samples pid's RSS every 5ms until stop is closed.
 func peakRSS(pid int, stop <-chan struct{}) <-chan int64 {
 	out := make(chan int64, 1)
@@ -240,7 +224,7 @@ func peakRSS(pid int, stop <-chan struct{}) <-chan int64 {
 		t := time.NewTicker(5 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if r := rss(pid); r > peak {
+			if r := soak.RSS(pid); r > peak {
 				peak = r
 			}
 			select {

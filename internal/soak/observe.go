@@ -1,0 +1,169 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// hist is a latency histogram with buckets 2 % wide from 1 µs to about
+// 20 minutes, safe for concurrent use: a run records millions of
+// latencies, so it keeps counts, not samples. Quantiles are a bucket's
+// upper bound (at most 2 % high).
+type hist struct {
+	n       atomic.Int64
+	buckets [histBuckets]atomic.Int64
+}
+
+const (
+	histBuckets = 1060
+	histGrowth  = 1.02
+)
+
+var histLogGrowth = math.Log(histGrowth)
+
+func (h *hist) add(d time.Duration) {
+	i := 0
+	if us := float64(d) / float64(time.Microsecond); us > 1 {
+		i = min(int(math.Log(us)/histLogGrowth)+1, histBuckets-1)
+	}
+	h.buckets[i].Add(1)
+	h.n.Add(1)
+}
+
+// quantile is the q-quantile in seconds, 0 when empty.
+func (h *hist) quantile(q float64) float64 {
+	n := h.n.Load()
+	if n == 0 {
+		return 0
+	}
+	rank := int64(math.Ceil(q * float64(n)))
+	var seen int64
+	for i := range h.buckets {
+		seen += h.buckets[i].Load()
+		if seen >= rank {
+			return math.Pow(histGrowth, float64(i)) * 1e-6
+		}
+	}
+	return math.Pow(histGrowth, histBuckets-1) * 1e-6
+}
+
+func (h *hist) merge(o *hist) {
+	for i := range o.buckets {
+		if v := o.buckets[i].Load(); v != 0 {
+			h.buckets[i].Add(v)
+		}
+	}
+	h.n.Add(o.n.Load())
+}
+
+// Metric names the soak reads from the admin listener's /metrics.
+const (
+	mPending     = "registryd_cache_pending_entries"
+	mEntries     = "registryd_cache_entries"
+	mBlobBytes   = "registryd_cache_blob_bytes"
+	mBudget      = "registryd_cache_budget_bytes"
+	mDestroyed   = "registryd_collector_entries_total"
+	mFetched     = "registryd_upstream_fetched_bytes_total"
+	mInFlight    = "registryd_cache_fills_in_flight"
+	mEvictions   = "registryd_cache_evictions_total"
+	mGoroutines  = "go_goroutines"
+	mCountsQueue = "registryd_cache_download_counts_pending"
+)
+
+// BacklogPattern finds the gauge of fills waiting to have their entries
+// stored (the group commit of issue 20 adds one; its name was not known
+// when the soak was written): the first unlabelled sample whose name
+// matches, other than the gauges the soak reads under their own names.
+// Config.BacklogMetric names it exactly when this guesses wrong.
+var BacklogPattern = regexp.MustCompile(`^registryd_(cache|index|store)_\w*(waiting|backlog|queued|queue|unstored|pending)\w*$`)
+
+func findBacklog(m map[string]float64) string {
+	best := ""
+	for name := range m {
+		if name == mPending || name == mCountsQueue || !BacklogPattern.MatchString(name) {
+			continue
+		}
+		if best == "" || name < best { // deterministic when several match
+			best = name
+		}
+	}
+	return best
+}
+
+// scrape reads the unlabelled samples of /metrics.
+func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d", res.StatusCode)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// RSS is the resident set size of process pid in bytes (0 when it cannot
+// be read), from /proc/pid/status.
+func RSS(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// sample is what the sampler saw at one second of the run.
+type sample struct {
+	At         time.Duration // since the load started
+	OK         bool          // the scrape answered
+	RSS        int64
+	Pending    float64
+	Backlog    float64 // -1 when the daemon has no such gauge
+	Goroutines float64
+	Entries    float64
+	BlobBytes  float64
+	Budget     float64
+	Destroyed  float64
+	Fetched    float64
+	InFlight   float64
+	Evictions  float64
+}
