@@ -5,7 +5,10 @@
 // The fasthttp contract holds throughout: nothing keeps the RequestCtx or
 // its byte slices after a handler returns. maven.Classify returns substrings
 // of the request path; whatever outlives the request (LRU keys, fill keys,
-// download counters) is copied first.
+// download counters, merged answers' keys and the rule denials they keep)
+// is copied first, once, where it starts to be kept. alias_test.go checks
+// it: it scribbles over each request once answered and walks everything
+// the Server keeps for strings that show it.
 package proxy
 
 import (
