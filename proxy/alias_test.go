@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -322,13 +323,19 @@ type driver struct {
 	ctx   fasthttp.RequestCtx
 }
 
-// get answers GET path (below the registry) and returns the status and
-// body, read whole (a streamed body to its end).
-func (d *driver) get(path string) (int, []byte) {
+// get answers GET path (below the registry); hdr are more request headers,
+// as name/value pairs.
+func (d *driver) get(path string, hdr ...string) (int, []byte) {
+	return d.do(fasthttp.MethodGet, path, nil, hdr...)
+}
+
+// do answers a request for path (below the registry) and returns the
+// status and body, read whole (a streamed body to its end).
+func (d *driver) do(method, path string, body []byte, hdr ...string) (int, []byte) {
 	ctx := &d.ctx
 	ctx.Request.Reset()
 	ctx.Response.Reset()
-	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+	ctx.Request.Header.SetMethod(method)
 	ctx.Request.SetRequestURI("/api/v4/virtual_registries/packages/maven/" + strconv.FormatInt(d.e.registry, 10) + "/" + path)
 	token := d.token
 	if token == "" {
@@ -336,13 +343,19 @@ func (d *driver) get(path string) (int, []byte) {
 	}
 	ctx.Request.Header.Set("Private-Token", token)
 	ctx.Request.Header.Set("User-Agent", "Apache-Maven/3.9.9")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		ctx.Request.Header.Set(hdr[i], hdr[i+1])
+	}
+	if body != nil {
+		ctx.Request.SetBody(body)
+	}
 	d.e.srv.handle(ctx)
-	body := append([]byte(nil), ctx.Response.Body()...)
+	answer := append([]byte(nil), ctx.Response.Body()...)
 	status := ctx.Response.StatusCode()
 	scribbleRequest(ctx)
 	scribbleResponse(ctx)
 	d.e.waitFills()
-	return status, body
+	return status, answer
 }
 
 // artifactMeta is the artifact-level maven-metadata.xml of
@@ -376,6 +389,9 @@ func TestKeptStateOwnsRequestBytes(t *testing.T) {
 		deniedJ = "org/example/denied/1.0/denied-1.0.jar"
 		prefix  = ".meta/prefixes.txt"
 		later   = "org/example/later/1.0/later-1.0.pom"
+		half    = "org/example/half/maven-metadata.xml" // upstream B fails: a partial merge
+		bad     = "org/example/bad/maven-metadata.xml"  // upstream A's does not parse
+		stale   = "org/example/stale/1.0/stale-1.0.pom" // revalidated once stale
 	)
 	a.set(jarPath, fakeFile{body: jarBytes(jarPath, 64<<10)})
 	a.set(pom, fakeFile{body: []byte("<project/>")})
@@ -389,6 +405,11 @@ func TestKeptStateOwnsRequestBytes(t *testing.T) {
 		u.set(prefix, fakeFile{body: []byte("## repository-prefixes/2.0\n/org/example\n"), ctype: "text/plain"})
 	}
 	b.set(later, fakeFile{body: []byte("<project/>")})
+	a.set(half, fakeFile{body: artifactMeta("half", "1.0")})
+	b.set(half, fakeFile{status: 503})
+	a.set(bad, fakeFile{body: []byte("<metadata><versioning>")})
+	b.set(bad, fakeFile{body: artifactMeta("bad", "2.0")})
+	a.set(stale, fakeFile{body: []byte("<project><version>1</version></project>"), etag: `"v1"`})
 	aid := e.upstream(a.URL, nil, nil)
 	bid := e.upstream(b.URL, nil, nil)
 	addRule(t, e, aid, "deny", "artifact_id", "wildcard", "denied*")
@@ -398,38 +419,69 @@ func TestKeptStateOwnsRequestBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	root, other := &driver{e: e}, &driver{e: e, token: member}
+	problemJSON := []string{"Accept", "application/problem+json"}
 	steps := []struct {
 		d      *driver
 		path   string
 		status int
+		hdr    []string
 	}{
-		{root, jarPath, 200},           // a miss: flight, entry view, download count
-		{root, jarPath, 200},           // a hit
-		{root, jarPath + ".sha1", 200}, // a sidecar from the entry's digests
-		{root, pom, 200},               // a small file: the in-memory blob cache
-		{root, pom, 200},
-		{root, absent, 404},  // absence marks on both upstreams
-		{root, absent, 404},  // answered from the marks
-		{root, webPage, 502}, // a refused answer: a refusal mark
-		{root, webPage, 502},
-		{root, libMeta, 200}, // merged metadata: a composed view
-		{root, libMeta, 200}, // kept: the same view under a new generation
-		{root, libMeta + ".sha1", 200},
-		{root, prefix, 200}, // a composed prefix file
-		{root, denied, 200}, // merged without upstream A: a kept denial, an audit event
-		{root, denied, 200},
+		{root, jarPath, 200, nil},                            // a miss: flight, entry view, download count
+		{root, jarPath, 200, nil},                            // a hit
+		{root, jarPath, 206, []string{"Range", "bytes=0-9"}}, // a range of it
+		{root, jarPath + ".sha1", 200, nil},                  // a sidecar from the entry's digests
+		{root, pom, 200, nil},                                // a small file: the in-memory blob cache
+		{root, pom, 200, nil},
+		{root, absent, 404, nil},         // absence marks on both upstreams
+		{root, absent, 404, problemJSON}, // answered from the marks, as a problem document
+		{root, webPage, 502, nil},        // a refused answer: a refusal mark
+		{root, webPage, 502, problemJSON},
+		{root, libMeta, 200, nil}, // merged metadata: a composed view
+		{root, libMeta, 200, nil}, // kept: the same view under a new generation
+		{root, libMeta + ".sha1", 200, nil},
+		{root, prefix, 200, nil}, // a composed prefix file
+		{root, half, 200, nil},   // a partial merge: upstream B's failure kept with it
+		{root, half, 200, nil},
+		{root, bad, 200, nil}, // a document that does not parse: remembered as bad
+		{root, bad, 200, nil},
+		{root, denied, 200, nil}, // merged without upstream A: a kept denial, an audit event
+		{root, denied, 200, nil},
 		// Another caller, answered from the kept view: its audit event is
 		// built from the kept denial, whose reason must still name the
 		// artifact.
-		{other, denied, 200},
-		{root, deniedJ, 200}, // a file A's rules refuse: screened, audited
-		{root, deniedJ + ".md5", 200},
+		{other, denied, 200, nil},
+		{root, deniedJ, 200, nil}, // a file A's rules refuse: screened, audited
+		{root, deniedJ + ".md5", 200, nil},
+		{root, stale, 200, nil},
 	}
 	for _, s := range steps {
-		if status, body := s.d.get(s.path); status != s.status {
-			t.Fatalf("GET %s: %d, want %d: %s", s.path, status, s.status, body)
+		if status, body := s.d.get(s.path, s.hdr...); status != s.status {
+			t.Fatalf("GET %s %q: %d, want %d: %s", s.path, s.hdr, status, s.status, body)
 		}
 		expectOwned(t, e.srv, "GET "+s.path)
+	}
+	// Stale: a revalidation (a flight with the stored ETag), then a HEAD.
+	e.clock.Advance(25 * time.Hour)
+	for _, m := range []string{fasthttp.MethodGet, fasthttp.MethodHead} {
+		if status, body := root.do(m, stale, nil); status != 200 {
+			t.Fatalf("%s %s once stale: %d: %s", m, stale, status, body)
+		}
+		expectOwned(t, e.srv, m+" "+stale+" (stale)")
+	}
+	if a.lastIfNoneMatch(stale) != `"v1"` {
+		t.Fatal("the stale file was not revalidated: the test did not cover it")
+	}
+	// A gateway upload.
+	upload, ctype := multipartBody(t, []byte("uploaded jar bytes"), "path", jarPath)
+	status, body := root.do(fasthttp.MethodPost, "org/example/up/1.0/up-1.0.jar/upload", upload.Bytes(),
+		"Content-Type", ctype, "Upstream-GID", "gid://registryd/Upstream/"+strconv.FormatInt(aid, 10),
+		"Svc-Gateway-Api-Request", gatewayToken(e.secret, "HS256", map[string]any{"iat": e.clock.Now().Unix()}))
+	if status != 200 {
+		t.Fatalf("upload: %d: %s", status, body)
+	}
+	expectOwned(t, e.srv, "an upload")
+	if e.metric("registryd_metadata_merges_total", "outcome", "partial") == 0 || e.srv.composed.bad.Len() == 0 {
+		t.Fatal("no partial merge, or no bad document remembered: the test did not cover them")
 	}
 	if n := len(e.srv.audit.ch); n != 3 {
 		t.Fatalf("%d audit events queued, want 3 (two callers of the merged view, one of the jar)", n)
