@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttputil"
 
 	"registryd/store"
 )
@@ -21,7 +19,7 @@ import (
 // load: keep-alive clients on a few connections, so each RequestCtx and its
 // buffers serve request after request, and after each answer the request's
 // bytes are scribbled over (as the next request would overwrite them, only
-// sooner and always). The clients ask, in random order, for the merged
+// sooner and always: the env's listener does it). The clients ask, in random order, for the merged
 // metadata of many artifacts, its checksums, jars and files no upstream
 // has, while an upstream is edited every few requests (each edit a new
 // cache generation: every merged answer is built again and kept anew, and
@@ -47,22 +45,12 @@ func TestBufferReuseUnderLoad(t *testing.T) {
 	aid := e.upstream(a.URL, nil, nil)
 	e.upstream(b.URL, nil, nil)
 
-	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		e.srv.handle(ctx)
-		scribbleRequest(ctx)
-	}}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		<-served
-	})
-	client := &fasthttp.HostClient{Addr: "proxy", MaxConns: workers,
-		Dial: func(string) (net.Conn, error) { return ln.Dial() }}
-	base := "http://proxy/api/v4/virtual_registries/packages/maven/" + strconv.FormatInt(e.registry, 10) + "/"
+	// The env's listener scribbles over each request once answered
+	// (helpers_test.go); the client keeps its connections alive.
+	host, _, _ := strings.Cut(strings.TrimPrefix(e.base, "http://"), "/")
+	client := &fasthttp.HostClient{Addr: host, MaxConns: workers}
+	defer client.CloseIdleConnections()
+	base := e.base + "/" + strconv.FormatInt(e.registry, 10) + "/"
 
 	var (
 		sent  atomic.Int64

@@ -553,10 +553,21 @@ func TestKeptAliasesSeesEveryCache(t *testing.T) {
 	if len(s.audit.ch) != 1 {
 		t.Fatalf("the walk took the audit queue's event and did not put it back (%d queued)", len(s.audit.ch))
 	}
-	// Leave nothing the env's shutdown would act on.
+	// Take every plant out again: the env checks at its end that nothing
+	// kept aliases a request, and its shutdown would act on the flight,
+	// the queued event and the download count.
 	<-s.audit.ch
 	s.flightsMu.Lock()
 	delete(s.flights, f.key)
 	s.flightsMu.Unlock()
 	s.downloads.take()
+	s.composed.lru.Purge()
+	s.composed.bad.Purge()
+	s.marks.c.Purge()
+	s.entries.Purge()
+	s.regs.Remove(99)
+	s.uncached.lru.Purge()
+	s.audit.seen.Purge()
+	s.small.lru.Purge()
+	s.urls.note(s.health, 7, "")
 }
