@@ -530,7 +530,11 @@ func TestKeptAliasesSeesEveryCache(t *testing.T) {
 	s.uncached.lru.Add(uncachedKey{7, plant("uncached-key")}, uncachedSum{e: store.CacheEntry{RelativePath: plant("uncached-entry")}})
 	s.downloads.add(7, plant("download-key"), now)
 	s.audit.seen.Add(denialKey{up: 7, rel: plant("audit-seen")}, now)
-	s.audit.ch <- queuedAudit{ev: store.AuditEvent{TargetDetails: plant("audit-queued")}}
+	// A denial's event, queued the way a request queues it: its message
+	// quotes the planted value.
+	x := &exchange{ctx: &fasthttp.RequestCtx{}, reg: &registryView{id: 99, group: e.group.ID},
+		path: maven.Path{Rel: "org/example/audit-queued/1.0/x.jar", Kind: maven.Artifact}}
+	s.audit.denied(x, up, maven.Verdict{Target: maven.TargetArtifactID, Value: plant("audit-queued")})
 	s.small.lru.Add(plant("small-blob"), []byte("x"))
 	s.urls.note(s.health, 7, plant("upstream-url"))
 	f := &flight{key: flightKey{7, plant("flight-key")}, relSlash: plant("flight-path"), up: up,
@@ -544,11 +548,14 @@ func TestKeptAliasesSeesEveryCache(t *testing.T) {
 	for _, where := range []string{
 		"composed-key", "verdict", "composed-denial", "bad-doc", "bad-doc-reason", "mark-key", "mark-refusal",
 		"entry-key", "entry-view", "registry-view", "uncached-key", "uncached-entry", "download-key",
-		"audit-seen", "audit-queued", "small-blob", "upstream-url", "flight-key", "flight-path", "flight-error",
+		"audit-seen", "small-blob", "upstream-url", "flight-key", "flight-path", "flight-error",
 	} {
 		if !strings.Contains(all, showScribbled(plant(where))) {
 			t.Errorf("the walk did not find the string planted in %s; it found:\n%s", where, all)
 		}
+	}
+	if !strings.Contains(all, "Server.audit.ch<-0.") {
+		t.Errorf("the walk did not find the queued audit event; it found:\n%s", all)
 	}
 	if len(s.audit.ch) != 1 {
 		t.Fatalf("the walk took the audit queue's event and did not put it back (%d queued)", len(s.audit.ch))
