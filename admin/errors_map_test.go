@@ -111,6 +111,11 @@ func TestUnexpectedErrorsAnswer500(t *testing.T) {
 			if !strings.Contains(logs.String(), id) || !strings.Contains(logs.String(), "hunter2") {
 				t.Fatalf("the log line lacks the request id or the error: %s", logs.String())
 			}
+			// A panic's line has the stack where it happened.
+			if tc.name == "panic" && (!strings.Contains(logs.String(), `"stack":"goroutine`) ||
+				!strings.Contains(logs.String(), "TestUnexpectedErrorsAnswer500")) {
+				t.Fatalf("the log line of a panic lacks its stack: %s", logs.String())
+			}
 		})
 	}
 }

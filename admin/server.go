@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -226,7 +227,8 @@ func (s *Server) wrap(route string, h handler) http.Handler {
 				if rec == http.ErrAbortHandler {
 					panic(rec)
 				}
-				writeError(sw, r, s.log, fmt.Errorf("panic: %v", rec))
+				// The log line of the 500 has the stack where it happened.
+				writeError(sw, r, s.log.With("stack", string(debug.Stack())), fmt.Errorf("panic: %v", rec))
 			}
 			if sw.status == 0 {
 				sw.status = http.StatusOK

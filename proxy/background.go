@@ -30,8 +30,9 @@ func newDownloadCounter() *downloadCounter {
 	return &downloadCounter{m: map[downloadKey]downloadCount{}}
 }
 
-// add counts one download. rel must not alias request memory: it becomes a
-// map key when new.
+// add counts one download. rel must not alias request memory: it becomes
+// the map key, and not only when new (assigning to an existing entry of a
+// map whose key holds a string stores the new key's string).
 func (d *downloadCounter) add(upstream int64, rel string, at time.Time) {
 	k := downloadKey{upstream, rel}
 	d.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,6 +143,10 @@ func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev
 		in := &ins[i]
 		in.up = u
 		if v := verdict(u.rules, x.path, c); !v.Allowed {
+			// The denial is kept in the composed view (counted and audited
+			// again on every answer from it): its value, a view of the
+			// request path, must not be.
+			v.Value = strings.Clone(v.Value)
 			in.err, in.verdict = &deniedError{v}, v
 			continue
 		}

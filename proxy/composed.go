@@ -489,6 +489,7 @@ func (c *composedCache) add(k entryKey, v *composedView) {
 	if v.size() > c.max {
 		return
 	}
+	k.rel = strings.Clone(k.rel) // kept: the caller's may alias the request's buffer
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.Remove(k) // its eviction callback takes the old answer's bytes off

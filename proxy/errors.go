@@ -338,7 +338,7 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 		id := s.requestID(ctx)
 		s.log.LogAttrs(context.Background(), slog.LevelError, "proxy request failed", slog.String("req_id", id),
 			slog.String("method", string(ctx.Method())), slog.String("path", string(ctx.Request.URI().PathOriginal())),
-			slog.String("err", err.Error()))
+			slog.String("err", err.Error()), stackAttr(err))
 		ae = &apiError{status: fasthttp.StatusInternalServerError,
 			body: `{"message":"500 Internal Server Error","request_id":"` + id + `"}`}
 	}
@@ -367,6 +367,16 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	ctx.SetBodyString(body)
+}
+
+// stackAttr is the stack of a recovered panic, for its log line; the
+// empty Attr, which handlers leave out, for any other error.
+func stackAttr(err error) slog.Attr {
+	var pe *panicError
+	if errors.As(err, &pe) {
+		return slog.String("stack", string(pe.stack))
+	}
+	return slog.Attr{}
 }
 
 // requestID names one request in the log and in a 500 answer: a random

@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
 	"registryd/config"
@@ -144,6 +145,13 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every request's bytes are scribbled over once it is answered, and
+	// the env checks at its end that nothing the server kept aliases them
+	// (alias_test.go): every test on an env checks the fasthttp contract.
+	e.srv.srv.Handler = func(ctx *fasthttp.RequestCtx) {
+		e.srv.handle(ctx)
+		scribbleRequest(ctx)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +171,8 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *
 			t.Errorf("StopCounting: %v", err)
 		}
 		e.srv.StopCollector()
+		// Nothing runs on the server any more: its state may be walked.
+		expectOwned(t, e.srv, "the test")
 		st.Close()
 		if accessLog != nil {
 			accessLog.Close()

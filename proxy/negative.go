@@ -81,6 +81,8 @@ func (m *pathMemory) rememberRefused(st *store.Store, up int64, rel string, err 
 	m.remember(st, up, rel, pathMark{until: now.Add(refusedTTL), epoch: st.ForgetEpoch(up), refused: err})
 }
 
+// remember keeps rel as a key: it must be owned memory (fills pass their
+// flight's key), never a view of a request.
 func (m *pathMemory) remember(st *store.Store, up int64, rel string, mark pathMark) {
 	// A cache-delete endpoint ran since the request started: what it said
 	// may already be void.

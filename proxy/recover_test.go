@@ -2,15 +2,19 @@ package proxy
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 )
 
 // TestPanicIsA500: a panic in the handler answers 500 with a request id and
 // nothing internal, and the server goes on serving. fasthttp itself would
-// let the panic take the whole daemon down.
+// let the panic take the whole daemon down. The log line with that request
+// id has the panic and the stack where it happened.
 func TestPanicIsA500(t *testing.T) {
 	e := newEnv(t)
+	logs := &recordHandler{}
+	e.srv.log = slog.New(logs)
 	up := newFakeUpstream(t)
 	body := jarBytes(jarPath, 4<<10)
 	up.set(jarPath, fakeFile{body: body, fault: faultHold})
@@ -35,6 +39,20 @@ func TestPanicIsA500(t *testing.T) {
 	}
 	if strings.Contains(string(second.body), "boom") {
 		t.Fatalf("the 500 shows the panic: %s", second.body)
+	}
+	var line string
+	logs.mu.Lock()
+	for _, l := range logs.lines {
+		if strings.Contains(l, "req_id="+msg["request_id"]) {
+			line = l
+		}
+	}
+	logs.mu.Unlock()
+	// The stack names the frames that panicked: the hook, called by join.
+	if !strings.HasPrefix(line, "ERROR proxy request failed") || !strings.Contains(line, "boom: an internal detail") ||
+		!strings.Contains(line, "stack=goroutine") || !strings.Contains(line, "(*Server).join") ||
+		!strings.Contains(line, "TestPanicIsA500") {
+		t.Fatalf("the log line of request %s: %q", msg["request_id"], line)
 	}
 	e.get(jarPath).expect(t, 200)
 }

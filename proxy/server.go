@@ -5,7 +5,10 @@
 // The fasthttp contract holds throughout: nothing keeps the RequestCtx or
 // its byte slices after a handler returns. maven.Classify returns substrings
 // of the request path; whatever outlives the request (LRU keys, fill keys,
-// download counters) is copied first.
+// download counters, merged answers' keys and the rule denials they keep)
+// is copied first, once, where it starts to be kept. alias_test.go checks
+// it: it scribbles over each request once answered and walks everything
+// the Server keeps for strings that show it.
 package proxy
 
 import (
@@ -18,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -381,10 +385,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// fasthttp does not recover a panicking handler: the whole daemon would
 	// go down with one bad request. A panic is answered like any unexpected
-	// error: a logged request id and a 500 that shows nothing internal.
+	// error: a 500 that shows nothing internal but a request id, and a log
+	// line with that id and the stack where it happened.
 	defer func() {
 		if rec := recover(); rec != nil {
-			err := fmt.Errorf("panic: %v", rec)
+			err := &panicError{value: rec, stack: debug.Stack()}
 			s.writeError(ctx, err)
 			s.met.request(rOther, ctx.Response.StatusCode())
 			s.logAccess(&x, err)
@@ -400,6 +405,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	s.logAccess(&x, err)
 }
+
+// panicError is a panic recovered in the handler, with the stack of the
+// goroutine where it happened (writeError logs it).
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
 // route dispatches on the raw path (never fasthttp's decoded, normalised
 // Path: package maven judges the bytes as sent).

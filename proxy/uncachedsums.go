@@ -51,9 +51,11 @@ func newUncachedSums(epoch func(upstream int64) uint64) *uncachedSums {
 	return &uncachedSums{lru: lru, epoch: epoch}
 }
 
-// remember records the digests of an uncached file of upstream up. The
-// epoch is read as the flight ends (a change during the fill is missed,
-// for at most uncachedSumsTTL, as it would be by a fill a moment later).
+// remember records the digests of an uncached file of upstream up. rel is
+// kept as a key: owned memory (the flight's key), never a view of a
+// request. The epoch is read as the flight ends (a change during the fill
+// is missed, for at most uncachedSumsTTL, as it would be by a fill a moment
+// later).
 func (u *uncachedSums) remember(up int64, rel string, e store.CacheEntry, now time.Time) {
 	ep := u.epoch(up)
 	u.mu.Lock()
