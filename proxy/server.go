@@ -104,7 +104,7 @@ type Server struct {
 	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
 
 	composed *composedCache // merged maven-metadata.xml and prefix files
-	rules    ruleSets       // compiled allow/deny rules of each upstream
+	rules    *ruleSets      // compiled allow/deny rules of each upstream, and their verdicts
 	audit    *auditQueue    // audit events of rule denials, written in batches
 
 	flightsMu sync.Mutex
@@ -185,6 +185,9 @@ func New(d Deps) (*Server, error) {
 	}
 	if s.composed, err = newComposedCache(int64(d.Config.Metadata.MemoryBytes)); err != nil {
 		return nil, err
+	}
+	if s.rules, err = newRuleSets(d.Registerer); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.audit, err = newAuditQueue(s); err != nil {
 		return nil, err
