@@ -232,7 +232,7 @@ func (s *Server) wrap(route string, h handler) http.Handler {
 				sw.status = http.StatusOK
 			}
 			code := strconv.Itoa(sw.status)
-			s.met.requests.WithLabelValues(route, r.Method, code).Inc()
+			s.met.requests.WithLabelValues(route, methodLabel(r.Method), code).Inc()
 			s.met.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 			s.log.Debug("admin request", "req_id", id, "method", r.Method, "route", route,
 				"status", sw.status, "bytes", sw.bytes, "dur", time.Since(start))
