@@ -78,6 +78,7 @@ const (
 	DefaultCheckTimeout    = 5 * time.Second
 	DefaultBodyIdleTimeout = 60 * time.Second
 	DefaultMaxRedirects    = 5
+	DefaultMaxRetryAfter   = 10 * time.Minute
 )
 
 // userAgent identifies registryd to upstreams.
@@ -116,6 +117,11 @@ type Options struct {
 	Resolver Resolver
 	// Logger receives one debug line per upstream request. Default: discard.
 	Logger *slog.Logger
+	// MaxRetryAfter caps the Retry-After a StatusError carries: an
+	// upstream may ask for any pause, but registryd neither waits nor tells
+	// its clients to wait longer than its own backoff would
+	// (upstreams.max_backoff). Default 10m.
+	MaxRetryAfter time.Duration
 }
 
 // Client talks to upstream repositories. It is safe for concurrent use and
@@ -129,6 +135,7 @@ type Client struct {
 	checkTimeout time.Duration
 	bodyIdle     time.Duration
 	maxRedirects int
+	maxRetry     time.Duration
 }
 
 // New returns a Client; zero Options fields take the defaults above.
@@ -153,6 +160,9 @@ func New(o Options) *Client {
 		o.MaxRedirects = DefaultMaxRedirects
 	case o.MaxRedirects < 0:
 		o.MaxRedirects = 0
+	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = DefaultMaxRetryAfter
 	}
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
@@ -202,6 +212,7 @@ func New(o Options) *Client {
 		checkTimeout: o.CheckTimeout,
 		bodyIdle:     o.BodyIdleTimeout,
 		maxRedirects: o.MaxRedirects,
+		maxRetry:     o.MaxRetryAfter,
 	}
 	c.hc = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	return c
@@ -460,7 +471,7 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 	drain(hr.Body, check)
 	se := &StatusError{Op: method, URL: errURL, Code: code, Status: reasonPhrase(hr)}
 	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
-		se.RetryAfter = parseRetryAfter(hr.Header.Get("Retry-After"), time.Now())
+		se.RetryAfter = min(parseRetryAfter(hr.Header.Get("Retry-After"), time.Now()), c.maxRetry)
 	}
 	return response{}, se
 }

@@ -526,3 +526,34 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 		})
 	}
 }
+
+// An upstream's Retry-After, as seconds or as a date, is capped at the
+// client's MaxRetryAfter (upstreams.max_backoff): no upstream makes
+// registryd, or its clients, wait longer than its own backoff would.
+func TestRetryAfterCapped(t *testing.T) {
+	var value atomic.Value
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", value.Load().(string))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	for _, tt := range []struct {
+		max   time.Duration
+		value string
+		want  time.Duration
+	}{
+		{time.Minute, "30", 30 * time.Second},
+		{time.Minute, "86400", time.Minute},
+		{time.Minute, "4294967295", time.Minute},
+		{time.Minute, time.Now().Add(72 * time.Hour).UTC().Format(http.TimeFormat), time.Minute},
+		{0, "86400", DefaultMaxRetryAfter}, // the default
+	} {
+		value.Store(tt.value)
+		c := New(Options{AllowLocalNetwork: true, MaxRetryAfter: tt.max})
+		_, err := c.Get(context.Background(), Endpoint{URL: srv.URL}, "a/b/1/b-1.jar", "")
+		var se *StatusError
+		if !errors.As(err, &se) || se.RetryAfter != tt.want {
+			t.Errorf("max %v, Retry-After %q: %v (%#v), want %v", tt.max, tt.value, err, se, tt.want)
+		}
+		c.CloseIdleConnections()
+	}
+}
