@@ -69,6 +69,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"registryd/internal/redact"
 )
 
 // Defaults for zero Options fields.
@@ -78,7 +80,7 @@ const (
 	DefaultCheckTimeout    = 5 * time.Second
 	DefaultBodyIdleTimeout = 60 * time.Second
 	DefaultMaxRedirects    = 5
-	DefaultMaxRetryAfter   = 10 * time.Minute
+	DefaultMaxRetryAfter   = time.Hour // as Health's MaxRetryAfter
 )
 
 // userAgent identifies registryd to upstreams.
@@ -120,7 +122,7 @@ type Options struct {
 	// MaxRetryAfter caps the Retry-After a StatusError carries: an
 	// upstream may ask for any pause, but registryd neither waits nor tells
 	// its clients to wait longer than its own backoff would
-	// (upstreams.max_backoff). Default 10m.
+	// (upstreams.max_backoff, which main passes). Default 1h.
 	MaxRetryAfter time.Duration
 }
 
@@ -170,6 +172,9 @@ func New(o Options) *Client {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Request paths are logged, and a client may have written a token
+	// into one (Maven paths allow '&' and '=').
+	o.Logger = redact.Logger(o.Logger)
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.TLSConfig != nil {
 		tlsConf = o.TLSConfig.Clone()
