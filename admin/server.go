@@ -19,6 +19,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/upstream"
 )
@@ -96,6 +97,9 @@ func New(d Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	// Paths are logged (a request that failed): a token a client wrote
+	// into one must not reach the log.
+	s.log = redact.Logger(s.log)
 	if s.ready == nil {
 		s.ready = func() error { return nil }
 	}

@@ -29,6 +29,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/upstream"
 )
@@ -149,6 +150,9 @@ func New(d Deps) (*Server, error) {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Paths are logged (fills, errors, fasthttp's complaints): a token a
+	// client wrote into one must not reach the log.
+	d.Logger = redact.Logger(d.Logger)
 	if d.Now == nil {
 		d.Now = time.Now
 	}
@@ -288,17 +292,19 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp: " + redactRequest(fmt.Sprintf(format, args...)))
 }
 
-// secretMarks start the values redactRequest hides: credential headers (as
-// a quoted request shows them, or raw) and credential query parameters.
+// secretMarks start the header values redactRequest hides (as a quoted
+// request shows them, or raw): their values run to the end of the line and
+// may hold spaces ("Basic ..."), which redact.Text would stop at.
 var secretMarks = [...]string{
 	"private-token:", "deploy-token:", "job-token:", "authorization:", "cookie:", "svc-gateway-api-request:",
-	"private_token=", "job_token=", "access_token=",
 }
 
 // redactRequest removes from a fasthttp error line what it quotes of a
 // request: the snippet of one it could not parse ("contents: ...", which
-// holds its headers) goes whole, and any credential header or query value
-// elsewhere is replaced up to the end of its line or parameter.
+// holds its headers) goes whole, any credential header elsewhere is
+// replaced up to the end of its line, and credentials in the request line
+// (a query or path parameter, in any case or encoding, a token as a path
+// segment) go as in every log line (redact.Text).
 func redactRequest(msg string) string {
 	if i := strings.Index(msg, "contents: "); i >= 0 {
 		msg = msg[:i] + "contents: [redacted]"
@@ -321,11 +327,8 @@ func redactRequest(msg string) string {
 			start++
 		}
 		// A header value runs to the end of its line (a quoted request shows
-		// it as a backslash escape), a query value to the next parameter.
-		stops := "\r\n\"\\"
-		if strings.HasSuffix(mark, "=") {
-			stops += "& \t"
-		}
+		// it as a backslash escape).
+		const stops = "\r\n\"\\"
 		end := start
 		for end < len(msg) && !strings.ContainsRune(stops, rune(msg[end])) {
 			end++
@@ -335,7 +338,7 @@ func redactRequest(msg string) string {
 		last, i = end, end
 	}
 	b.WriteString(msg[last:])
-	return b.String()
+	return redact.Text(b.String())
 }
 
 func asciiLower(s string) string {

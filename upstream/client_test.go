@@ -557,3 +557,25 @@ func TestRetryAfterCapped(t *testing.T) {
 		c.CloseIdleConnections()
 	}
 }
+
+// A token a client wrote into a path (Maven paths allow '&' and '=') is
+// redacted from the client's request log lines, and from the errors they
+// carry.
+func TestRequestLogRedactsTokens(t *testing.T) {
+	const secret = "Tok3nValue0123456789abcdef"
+	srv := newServer(t, http.NotFoundHandler())
+	var out bytes.Buffer
+	c := New(Options{AllowLocalNetwork: true, Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	defer c.CloseIdleConnections()
+	for _, p := range []string{"a/b/1/b-1.jar&private_token=" + secret, "a/rdpat-" + secret + "/1/x.jar"} {
+		if _, err := c.Get(context.Background(), Endpoint{URL: srv.URL}, p, ""); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get %s: %v", p, err)
+		}
+	}
+	if _, err := c.Get(context.Background(), Endpoint{URL: refusedURL(t)}, "a/b/1/b-1.jar;job_token="+secret, ""); err == nil {
+		t.Fatal("no error from a refused connection")
+	}
+	if strings.Contains(out.String(), secret) || strings.Count(out.String(), "[redacted]") < 3 {
+		t.Fatalf("request log:\n%s", out.String())
+	}
+}
