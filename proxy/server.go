@@ -253,7 +253,7 @@ func New(d Deps) (*Server, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
-	s.conns = newConnLimiter(d.Config.Proxy.MaxConnsPerClient, d.Logger)
+	s.conns = newConnLimiter(d.Config.Proxy.MaxConnsPerClient, d.Config.Proxy.Concurrency, d.Logger)
 	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
