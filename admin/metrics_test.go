@@ -16,21 +16,33 @@ import (
 	"registryd/store"
 )
 
+// bareServer is an admin Server on an empty store with the defaults, d's
+// other fields, and a registry of its own unless d has one.
+func bareServer(t *testing.T, d Deps) *Server {
+	t.Helper()
+	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d.Config, d.Store = config.Default(), st
+	if d.Registerer == nil {
+		d.Registerer = prometheus.NewRegistry()
+	}
+	srv, err := New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
 // Anonymous requests with invented methods and paths create no series of
 // their own: methods outside the standard ones are labelled "other", routes
 // are patterns, and the admin metrics stay a handful of series however many
 // such requests come (they used to take one series per method).
 func TestAdminMetricSeriesBounded(t *testing.T) {
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	reg := prometheus.NewRegistry()
-	srv, err := New(Deps{Config: config.Default(), Store: st, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := bareServer(t, Deps{Registerer: reg})
 	rnd := rand.New(rand.NewPCG(1, 2))
 	const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 	word := func(n int) string {
@@ -88,17 +100,8 @@ func TestAdminMetricSeriesBounded(t *testing.T) {
 // request that failed, which carries the path.
 func TestAdminErrorLogRedactsTokens(t *testing.T) {
 	const secret = "Tok3nValue0123456789abcdef"
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	var out bytes.Buffer
-	srv, err := New(Deps{Config: config.Default(), Store: st, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.NewTextHandler(&out, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := bareServer(t, Deps{Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	failing := srv.wrap("test", func(http.ResponseWriter, *http.Request) error { return errors.New("unexpected") })
 	for _, p := range []string{"/api/v4/groups;private_token=" + secret, "/api/v4/groups%3FPRIVATE_TOKEN%3D" + secret,
 		"/api/v4/projects/1%3Bjob_token=" + secret, "/api/v4/rdpat-" + secret} {

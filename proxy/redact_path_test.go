@@ -17,24 +17,6 @@ import (
 // envLoggers gives a test's env the daemon log it is built with (newEnv).
 var envLoggers sync.Map // testing.TB -> *slog.Logger
 
-// syncBuffer is a log destination written by several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A token a client writes into the path, in any form (a matrix or query
 // parameter, percent-encoded, any case, any key, a token as a segment), is
 // in neither the access log nor the daemon's log lines that carry the path
@@ -44,7 +26,7 @@ func TestTokensInPathsRedacted(t *testing.T) {
 	const secret = "Tok3nValue0123456789abcdef"
 	for _, format := range []string{"text", "json"} {
 		t.Run(format, func(t *testing.T) {
-			var daemon syncBuffer
+			var daemon lockedBuffer
 			envLoggers.Store(t, slog.New(slog.NewTextHandler(&daemon, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			defer envLoggers.Delete(t)
 			path := filepath.Join(t.TempDir(), "access.log")
