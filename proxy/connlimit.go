@@ -236,6 +236,9 @@ func (l *connLimiter) admit(c net.Conn) net.Conn {
 		l.mu.Lock()
 		n := l.clients[client]
 		if limit, reason := l.share(); n >= limit {
+			if n >= l.max { // at its own limit anyway: the reason that says most
+				limit, reason = l.max, refusedPerClient
+			}
 			warn := l.warnNow(client)
 			l.mu.Unlock()
 			l.refuse(c, client, limit, reason, warn)
@@ -368,7 +371,7 @@ func registerConnMetrics(reg prometheus.Registerer, l *connLimiter, srv *fasthtt
 		refused: prometheus.NewDesc("registryd_proxy_connections_refused_total",
 			"Connections of the proxy listener refused on accepting, by reason: per_client_limit (the client "+
 				"held proxy.max_conns_per_client, answered 429), fair_share (more than half of proxy.concurrency "+
-				"was open and the client held its share of the rest, answered 429), concurrency "+
+				"was open and the client held its share of the rest, fewer than its limit; answered 429), concurrency "+
 				"(proxy.concurrency connections were served, answered 503).", []string{"reason"}, nil),
 	})
 }
