@@ -150,3 +150,48 @@ func TestRuleOverBudgetStored(t *testing.T) {
 		t.Fatalf("problem upstream %+v\nwant reason %s", u, want)
 	}
 }
+
+// BenchmarkVerdict: a check of an upstream's rules from the cache, against
+// the same check evaluated (20 rules, as maven's BenchmarkRuleCheck, and
+// two regexes at the budget on values at the input bound).
+func BenchmarkVerdict(b *testing.B) {
+	worst := strings.Repeat("a.", maven.MaxRegexInput/2)
+	for _, bc := range []struct {
+		name  string
+		rules []maven.Rule
+		c     maven.Coordinates
+	}{
+		{"typical", []maven.Rule{
+			{ID: 1, Type: maven.RuleDeny, Target: maven.TargetGroupID, PatternType: maven.PatternRegex, Pattern: `^com\.internal\.`},
+			{ID: 2, Type: maven.RuleDeny, Target: maven.TargetVersion, PatternType: maven.PatternRegex, Pattern: `(?:alpha|beta|rc)\d*$`},
+			{ID: 3, Type: maven.RuleAllow, Target: maven.TargetArtifactID, PatternType: maven.PatternRegex, Pattern: `^[a-z0-9-]+$`},
+		}, maven.Coordinates{GroupID: "org.apache.commons", ArtifactID: "commons-lang3", Version: "3.12.0"}},
+		{"worst", []maven.Rule{
+			{ID: 1, Type: maven.RuleDeny, Target: maven.TargetGroupID, PatternType: maven.PatternRegex, Pattern: `(?:.*){148}x`},
+			{ID: 2, Type: maven.RuleDeny, Target: maven.TargetArtifactID, PatternType: maven.PatternRegex, Pattern: `(?:.*){148}x`},
+		}, maven.Coordinates{GroupID: worst, ArtifactID: worst, Version: "1"}},
+	} {
+		set, err := maven.CompileRules(bc.rules)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := maven.Classify("g/a/1/a-1.jar")
+		b.Run(bc.name+"/evaluated", func(b *testing.B) {
+			for b.Loop() {
+				_ = evaluate(set, false, bc.c)
+			}
+		})
+		b.Run(bc.name+"/cached", func(b *testing.B) {
+			rs, err := newRuleSets(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rules := &upstreamRules{set: set, verdicts: rs}
+			_ = verdict(rules, p, bc.c)
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = verdict(rules, p, bc.c)
+			}
+		})
+	}
+}
