@@ -2,10 +2,12 @@ package admin
 
 import (
 	"errors"
+	"io"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"registryd/auth"
 	"registryd/sbom"
@@ -124,6 +126,42 @@ func (s *Server) listDependencies(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// refuseUpload answers an upload refused before its body was read so that
+// a client streaming the body can read the answer. Closing a connection
+// with unread bytes makes the kernel send a reset, which destroys an
+// answer the client has not read yet: clients that write their whole body
+// before reading (most HTTP libraries) saw a reset instead of the 429.
+//
+//   - A client that sent Expect: 100-continue has not sent its body and
+//     waits for a go-ahead: the refusal is answered at once, without
+//     reading (net/http then closes the connection; nothing is left to
+//     reset it).
+//   - Otherwise the answer is written and flushed first (full duplex), so
+//     that a client reading while it sends (curl, Go) sees it and may stop,
+//     and then, when drain is set, the body is read to its end and
+//     discarded, up to admin.max_sbom_bytes (the listener's MaxBytesReader)
+//     within admin.read_timeout: a client that sends the whole body first
+//     then reads the answer, and the connection stays usable. Draining
+//     costs bandwidth, not memory (no slot is taken, nothing is kept).
+//     A body over the limit (drain unset for an announced one) is cut
+//     there; net/http closes the connection after a pause for the client
+//     to read the answer.
+func refuseUpload(w http.ResponseWriter, r *http.Request, refusal *httpError, drain bool) error {
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		return refusal
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.EnableFullDuplex(); err != nil {
+		return refusal // not HTTP/1 (a test recorder): nothing to reset
+	}
+	writeJSON(w, refusal.status, refusal.body)
+	_ = rc.Flush()
+	if drain {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
+	return nil
+}
+
 // dependencyUploadView is the answer to an SBOM upload.
 type dependencyUploadView struct {
 	Dependencies      int            `json:"dependencies"`
@@ -162,15 +200,15 @@ func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request, ingests
 	tooLarge := message(http.StatusRequestEntityTooLarge,
 		"413 Request Entity Too Large - the SBOM is larger than "+limit.String()+" (admin.max_sbom_bytes)")
 	if r.ContentLength > int64(limit) {
-		return tooLarge
+		return refuseUpload(w, r, tooLarge, false)
 	}
 	select {
 	case ingests <- struct{}{}:
 		defer func() { <-ingests }()
 	default:
 		w.Header().Set("Retry-After", sbomRetryAfter)
-		return message(http.StatusTooManyRequests, "429 Too Many Requests - "+strconv.Itoa(cap(ingests))+
-			" SBOM uploads are being processed; retry after "+sbomRetryAfter+" seconds")
+		return refuseUpload(w, r, message(http.StatusTooManyRequests, "429 Too Many Requests - "+
+			strconv.Itoa(cap(ingests))+" SBOM uploads are being processed; retry after "+sbomRetryAfter+" seconds"), true)
 	}
 	sb, err := sbom.Read(r.Body, sbom.Options{FilePath: r.URL.Query().Get("dependency_file_path")})
 	var mbe *http.MaxBytesError

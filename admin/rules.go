@@ -39,8 +39,30 @@ func ruleJSON(r store.UpstreamRule) ruleView {
 
 // validateRule is the model validation of a rule as it will be stored.
 func validateRule(r store.UpstreamRule) map[string][]string {
-	return maven.ValidateRule(maven.Rule{ID: r.ID, Type: r.RuleType, Target: r.TargetCoordinate,
-		PatternType: r.PatternType, Pattern: r.Pattern})
+	return maven.ValidateRule(mavenRule(r))
+}
+
+func mavenRule(r store.UpstreamRule) maven.Rule {
+	return maven.Rule{ID: r.ID, Type: r.RuleType, Target: r.TargetCoordinate, PatternType: r.PatternType, Pattern: r.Pattern}
+}
+
+// validateRuleBeside is validateRule plus the regex budget of the upstream
+// (maven.RegexBudget): the rule's program and those of others, the
+// upstream's rules read before the write, may not exceed it together. Two
+// writes racing past each other can exceed it; the proxy then leaves the
+// later rule unevaluated (maven.CompileRules), so the bound on what a
+// download costs holds either way.
+func validateRuleBeside(others []store.UpstreamRule) func(store.UpstreamRule) map[string][]string {
+	list := make([]maven.Rule, len(others))
+	for i, o := range others {
+		list[i] = mavenRule(o)
+	}
+	return func(r store.UpstreamRule) map[string][]string {
+		if errs := validateRule(r); errs != nil {
+			return errs
+		}
+		return maven.RegexBudget(mavenRule(r), list)
+	}
 }
 
 // The enum parameters, checked as Grape checks `values:` (400 {"error":
@@ -112,7 +134,11 @@ func (s *Server) createRule(w http.ResponseWriter, r *http.Request) error {
 	if err := in.err(); err != nil {
 		return err
 	}
-	if errs := validateRule(rule); errs != nil {
+	others, err := s.st.UpstreamRules(u.ID)
+	if err != nil {
+		return err
+	}
+	if errs := validateRuleBeside(others)(rule); errs != nil {
 		return &store.ValidationError{Fields: errs}
 	}
 	created, err := s.st.CreateUpstreamRule(rule)
@@ -145,8 +171,12 @@ func (s *Server) updateRule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	others, err := s.st.UpstreamRules(rule.UpstreamID)
+	if err != nil {
+		return err
+	}
 	p := store.UpstreamRulePatch{Pattern: in.str("pattern"), RuleType: in.ruleType(),
-		TargetCoordinate: in.ruleTarget(), PatternType: in.rulePatternType(), Validate: validateRule}
+		TargetCoordinate: in.ruleTarget(), PatternType: in.rulePatternType(), Validate: validateRuleBeside(others)}
 	if p.Pattern == nil && p.RuleType == nil && p.TargetCoordinate == nil && p.PatternType == nil && len(in.errs) == 0 {
 		in.fail(rulePatchFields + " are missing, at least one parameter must be provided")
 	}

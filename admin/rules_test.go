@@ -131,6 +131,51 @@ func TestRuleCreateErrors(t *testing.T) {
 	}
 }
 
+// A regex whose RE2 program alone is over the budget of an upstream's
+// regex rules, or does not fit beside the upstream's other regexes, is
+// refused at creation and on update, in GitLab's validation shape, and
+// nothing is stored; a rule's own stored version does not count against
+// its update, nor do wildcards.
+func TestRuleRegexBudget(t *testing.T) {
+	e := newUpstreamEnv(t)
+	path := rulesPath(e.upstream.ID)
+	post := func(pattern string) testResp {
+		return e.send(http.MethodPost, path, "maintainer", `{"pattern_type":"regex","rule_type":"deny","pattern":"`+pattern+`"}`)
+	}
+	wantBody(t, post(`(?:.*){1000}`), 400, `{"message":{"pattern":["is too complex (compiles to 2002 RE2 `+
+		`instructions; an upstream's regex rules may compile to 600 together)"]}}`)
+	wantBody(t, post(strings.Repeat(`(?:.*){1000}`, 21)), 400, `{"message":{"pattern":["is too complex (compiles to 42002 RE2 `+
+		`instructions; an upstream's regex rules may compile to 600 together)"]}}`)
+	first := object(t, post(`a{398}`).want(t, 201)) // 400 instructions
+	e.send(http.MethodPost, path, "maintainer", `{"pattern":"com.*"}`).want(t, 201)
+	over := `{"message":{"pattern":["is too complex (compiles to 300 RE2 instructions and the upstream's other ` +
+		`regex rules to 400; they may compile to 600 together)"]}}`
+	wantBody(t, post(`a{298}`), 400, over)
+	// Another upstream has a budget of its own.
+	other := e.otherUpstream()
+	e.send(http.MethodPost, rulesPath(other.ID), "maintainer", `{"pattern_type":"regex","pattern":"a{298}"}`).want(t, 201)
+
+	// An update replaces the rule's own program.
+	id := int64(first["id"].(float64))
+	e.send(http.MethodPatch, rulePath(e.upstream.ID, id), "maintainer", `{"pattern":"a{298}"}`).want(t, 200)
+	post(`b{298}`).want(t, 201)
+	wildcard := e.addRule(e.upstream.ID, "allow", "version", "wildcard", "1.*")
+	wantBody(t, e.send(http.MethodPatch, rulePath(e.upstream.ID, wildcard.ID), "maintainer",
+		`{"pattern_type":"regex","pattern":"x"}`), 400, `{"message":{"pattern":["is too complex (compiles to 3 RE2 `+
+		`instructions and the upstream's other regex rules to 600; they may compile to 600 together)"]}}`)
+	rules, err := e.st.UpstreamRules(e.upstream.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, r := range rules {
+		patterns = append(patterns, r.Pattern)
+	}
+	if got := strings.Join(patterns, " "); got != "a{298} com.* b{298} 1.*" {
+		t.Fatalf("stored patterns %s", got)
+	}
+}
+
 func TestRuleDuplicatesAndLimit(t *testing.T) {
 	e := newUpstreamEnv(t)
 	path := rulesPath(e.upstream.ID)

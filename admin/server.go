@@ -20,6 +20,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/upstream"
 )
@@ -97,6 +98,9 @@ func New(d Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	// Paths are logged (a request that failed): a token a client wrote
+	// into one must not reach the log.
+	s.log = redact.Logger(s.log)
 	if s.ready == nil {
 		s.ready = func() error { return nil }
 	}
@@ -234,7 +238,7 @@ func (s *Server) wrap(route string, h handler) http.Handler {
 				sw.status = http.StatusOK
 			}
 			code := strconv.Itoa(sw.status)
-			s.met.requests.WithLabelValues(route, r.Method, code).Inc()
+			s.met.requests.WithLabelValues(route, methodLabel(r.Method), code).Inc()
 			s.met.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 			s.log.Debug("admin request", "req_id", id, "method", r.Method, "route", route,
 				"status", sw.status, "bytes", sw.bytes, "dur", time.Since(start))

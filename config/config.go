@@ -92,10 +92,12 @@ type Proxy struct {
 	// Concurrency caps connections served at once, for all clients together;
 	// one more is answered 503 and closed. Default 8192.
 	Concurrency int `yaml:"concurrency"`
-	// MaxConnsPerClient caps the open connections of one client address
-	// (IPv4 or IPv6, the TCP peer, never X-Forwarded-For); one more is
-	// answered 429 and closed. It must be less than Concurrency, so that one
-	// client cannot take every connection. 0 turns it off. Default 256.
+	// MaxConnsPerClient caps the open connections of one client (the TCP
+	// peer, never X-Forwarded-For: an IPv4 address, or an IPv6 /64); one
+	// more is answered 429 and closed. Once more than half of Concurrency
+	// is open, a client's cap shrinks with the connections left (a fair
+	// share, at least 8). It must be less than Concurrency, so that one
+	// client cannot take every connection. 0 turns both off. Default 256.
 	MaxConnsPerClient int `yaml:"max_conns_per_client"`
 	// MaxUploadBytes caps a gateway upload body. Default 5GiB.
 	MaxUploadBytes ByteSize `yaml:"max_upload_bytes"`

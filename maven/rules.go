@@ -17,11 +17,22 @@ package maven
 // ~* are. A wildcard pattern matches the whole value, '*' standing for any
 // run of characters (every other character is literal); a regex is an
 // unanchored RE2 search ("example" matches "com.example").
+//
+// What regexes cost is bounded. Go's RE2 runs in time proportional to the
+// program's size times the input's length: an upstream's regex rules
+// together compile to at most MaxRegexProgram instructions (refused when
+// written, see ValidateRule and RegexBudget), and a regex reads at most
+// MaxRegexInput bytes (a longer value is refused without evaluating it).
+// So one Check costs at most MaxRegexProgram × MaxRegexInput steps of
+// RE2's machine, about 4 ms, whatever the owner of the upstream wrote.
+// Stored rules over the budget (written before it existed) are not
+// evaluated: each refuses every value of its coordinate (see CompileRules).
 
 import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -34,6 +45,25 @@ const (
 	PatternWildcard, PatternRegex                  = "wildcard", "regex"
 	// MaxRulePattern is the longest pattern, in characters.
 	MaxRulePattern = 255
+	// MaxRegexProgram is how many RE2 instructions the regex rules of one
+	// upstream may compile to together (regexp/syntax, case-insensitive,
+	// as they are evaluated; RegexProgramSize). Matching costs up to the
+	// program's size times the value's length, and counted repetition
+	// multiplies a program: (?:.*){1000} is 12 characters and 2,002
+	// instructions, repeated to 255 characters 42,002 (~1 s per value).
+	// A character, class, anchor or alternative is about one instruction
+	// (common prefixes of alternatives are shared), so rules that spell out
+	// names fit: ^com\.example\..* is 17, [a-z0-9_-]{1,64} 129, a
+	// 255-character literal 257. It is a model validation like
+	// MaxRulePattern, not a setting: the nodes of a cluster must agree on
+	// which stored rules are valid.
+	MaxRegexProgram = 600
+	// MaxRegexInput is the longest value a regex rule reads, in bytes: a
+	// path segment's limit (a version or an artifact id cannot be longer;
+	// a group id longer than this is no real one). A longer value is
+	// refused by an upstream with regex rules on its coordinate, without
+	// evaluating them.
+	MaxRegexInput = MaxSegmentLen
 )
 
 // Rule is one allow/deny rule of an upstream, as stored.
@@ -48,6 +78,11 @@ const (
 	msgNotList = "is not included in the list"
 	msgTooLong = "is too long (maximum is 255 characters)"
 	msgRE2     = "not valid RE2 syntax: "
+	// msgComplex takes the program's size and MaxRegexProgram.
+	msgComplex = "is too complex (compiles to %d RE2 instructions; an upstream's regex rules may compile to %d together)"
+	// msgBudget takes the program's size, the other rules' and MaxRegexProgram.
+	msgBudget = "is too complex (compiles to %d RE2 instructions and the upstream's other regex rules to %d; " +
+		"they may compile to %d together)"
 )
 
 // wildcardMessages are GitLab's messages for a wildcard pattern that does not
@@ -122,11 +157,55 @@ func ValidateRule(r Rule) map[string][]string {
 	case r.PatternType == PatternRegex:
 		if _, err := regexp.Compile(r.Pattern); err != nil {
 			add("pattern", msgRE2+re2Reason(err))
+		} else if n := RegexProgramSize(r.Pattern); n > MaxRegexProgram {
+			add("pattern", fmt.Sprintf(msgComplex, n, MaxRegexProgram))
 		}
 	case targetOK && !wildcardOK(r.Target, r.Pattern):
 		add("pattern", wildcardMessages[r.Target])
 	}
 	return errs
+}
+
+// RegexBudget reports, GitLab-style, whether regex rule r fits beside the
+// upstream's other rules (others; r's stored version, same ID, is skipped):
+// nil when it does, or is no regex, or is refused on its own by
+// ValidateRule. It is the part of the validation that needs the other
+// rules; CompileRules enforces the same budget on what is stored.
+func RegexBudget(r Rule, others []Rule) map[string][]string {
+	if r.PatternType != PatternRegex {
+		return nil
+	}
+	n := RegexProgramSize(r.Pattern)
+	if n == 0 || n > MaxRegexProgram {
+		return nil
+	}
+	used := 0
+	for _, o := range others {
+		if o.PatternType == PatternRegex && (o.ID != r.ID || r.ID == 0) {
+			used += RegexProgramSize(o.Pattern)
+		}
+	}
+	if n+used <= MaxRegexProgram {
+		return nil
+	}
+	return map[string][]string{"pattern": {fmt.Sprintf(msgBudget, n, used, MaxRegexProgram)}}
+}
+
+// RegexProgramSize is the number of instructions a regex pattern compiles
+// to as a rule evaluates it ("(?i)" + pattern), the measure MaxRegexProgram
+// bounds; 0 for a pattern that does not compile. It parses and compiles as
+// regexp.Compile does (Perl flags, simplified), so it counts the program
+// that runs.
+func RegexProgramSize(pattern string) int {
+	re, err := syntax.Parse("(?i)"+pattern, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
 }
 
 // re2Reason is the parse error without Go's "error parsing regexp: " prefix.
@@ -217,6 +296,9 @@ type compiledRule struct {
 	// case-insensitive. Exactly one is used.
 	glob string
 	re   *regexp.Regexp
+	// size is a regex's program size (RegexProgramSize), kept for the
+	// reason of a rule over the budget, which is not compiled.
+	size int
 }
 
 func (c *compiledRule) matches(v string) bool {
@@ -231,6 +313,12 @@ func (c *compiledRule) matches(v string) bool {
 type RuleSet struct {
 	deny  []compiledRule           // in the order given (id order)
 	allow [nTargets][]compiledRule // per target, in the order given
+	// unevaluated are regex rules over the budget, stored before it
+	// existed: each refuses every value of its coordinate.
+	unevaluated []compiledRule
+	// regexOn is, per target, a regex rule evaluated on it (nil for
+	// none): it names the refusal of a value over MaxRegexInput.
+	regexOn [nTargets]*Rule
 }
 
 // ErrBadRule is wrapped by the errors of CompileRules.
@@ -241,11 +329,23 @@ var ErrBadRule = errors.New("invalid upstream rule")
 // or pattern type, or a regex that is not RE2. It does not re-check the
 // wildcard formats of ValidateRule: a stored wildcard is evaluated as written.
 // No rules gives a nil *RuleSet, which allows everything.
+//
+// Regexes are taken in the order given (id order) while their programs fit
+// in MaxRegexProgram together. One that does not fit (stored before the
+// budget existed, or beside rules written concurrently) is neither
+// compiled nor evaluated: the set refuses every file whose path shows that
+// rule's coordinate, naming the rule (Verdict.Unevaluated), until it is
+// edited or deleted. Dropping it would let through what a deny rule keeps
+// off the upstream (the point of rules: dependency confusion); evaluating
+// it would keep the cost the budget is there to prevent; refusing the
+// whole set would break every file of the upstream, not only those the
+// rule is about. Unevaluated lists them.
 func CompileRules(rules []Rule) (*RuleSet, error) {
 	if len(rules) == 0 {
 		return nil, nil
 	}
 	rs := &RuleSet{}
+	budget := MaxRegexProgram
 	for _, r := range rules {
 		t, ok := parseTarget(r.Target)
 		if !ok {
@@ -261,24 +361,53 @@ func CompileRules(rules []Rule) (*RuleSet, error) {
 			if _, err := regexp.Compile(r.Pattern); err != nil {
 				return nil, fmt.Errorf("%w %d: %s%s", ErrBadRule, r.ID, msgRE2, re2Reason(err))
 			}
+			if c.size = RegexProgramSize(r.Pattern); c.size > budget {
+				break
+			}
 			re, err := regexp.Compile("(?i)" + r.Pattern)
 			if err != nil {
 				return nil, fmt.Errorf("%w %d: %s%s", ErrBadRule, r.ID, msgRE2, re2Reason(err))
 			}
-			c.re = re
+			c.re, budget = re, budget-c.size
 		default:
 			return nil, fmt.Errorf("%w %d: unknown pattern_type %q", ErrBadRule, r.ID, r.PatternType)
 		}
-		switch r.Type {
-		case RuleDeny:
-			rs.deny = append(rs.deny, c)
-		case RuleAllow:
-			rs.allow[t] = append(rs.allow[t], c)
-		default:
+		switch {
+		case r.Type != RuleDeny && r.Type != RuleAllow:
 			return nil, fmt.Errorf("%w %d: unknown rule_type %q", ErrBadRule, r.ID, r.Type)
+		case r.PatternType == PatternRegex && c.re == nil:
+			rs.unevaluated = append(rs.unevaluated, c)
+		case r.Type == RuleDeny:
+			rs.deny = append(rs.deny, c)
+		default:
+			rs.allow[t] = append(rs.allow[t], c)
 		}
 	}
+	note := func(list []compiledRule) {
+		for i := range list {
+			if c := &list[i]; c.re != nil && rs.regexOn[c.target] == nil {
+				rs.regexOn[c.target] = &c.rule
+			}
+		}
+	}
+	note(rs.deny)
+	for _, list := range rs.allow {
+		note(list)
+	}
 	return rs, nil
+}
+
+// Unevaluated lists the rules of the set that are not evaluated because
+// their regexes do not fit in MaxRegexProgram (see CompileRules), each
+// with its program size.
+func (rs *RuleSet) Unevaluated() (rules []Rule, sizes []int) {
+	if rs == nil {
+		return nil, nil
+	}
+	for _, c := range rs.unevaluated {
+		rules, sizes = append(rules, c.rule), append(sizes, c.size)
+	}
+	return rules, sizes
 }
 
 // Len is the number of rules in the set.
@@ -286,7 +415,7 @@ func (rs *RuleSet) Len() int {
 	if rs == nil {
 		return 0
 	}
-	n := len(rs.deny)
+	n := len(rs.deny) + len(rs.unevaluated)
 	for _, a := range rs.allow {
 		n += len(a)
 	}
@@ -294,20 +423,39 @@ func (rs *RuleSet) Len() int {
 }
 
 // Verdict of one check. Allowed, or refused by Rule (a deny rule that
-// matched) or by an allow list: Target set and Rule nil when the target's
-// allow rules exist and none matched. Target and Value name the coordinate
-// that decided a refusal. Rule points into the RuleSet: do not modify it.
+// matched, or with Unevaluated a regex rule that was not evaluated) or by
+// an allow list: Target set and Rule nil when the target's allow rules
+// exist and none matched. Target and Value name the coordinate that
+// decided a refusal; Value is c's, which the caller owns. Rule points into
+// the RuleSet: do not modify it.
 type Verdict struct {
 	Allowed bool
 	Rule    *Rule
 	Target  string
 	Value   string
+	// Unevaluated: Rule is a regex that was not evaluated and refuses,
+	// either because it does not fit in MaxRegexProgram (Size is its
+	// program size; see CompileRules) or because Value is longer than
+	// MaxRegexInput (Size is 0).
+	Unevaluated bool
+	Size        int
 }
 
 // Check evaluates the rules against c. It allocates nothing.
 func (rs *RuleSet) Check(c Coordinates) Verdict {
 	if rs == nil {
 		return Verdict{Allowed: true}
+	}
+	for i := range rs.unevaluated {
+		u := &rs.unevaluated[i]
+		if v := c.value(u.target); v != "" {
+			return Verdict{Rule: &u.rule, Target: targetNames[u.target], Value: v, Unevaluated: true, Size: u.size}
+		}
+	}
+	for t, r := range rs.regexOn {
+		if v := c.value(target(t)); r != nil && len(v) > MaxRegexInput {
+			return Verdict{Rule: r, Target: targetNames[t], Value: v, Unevaluated: true}
+		}
 	}
 	for i := range rs.deny {
 		d := &rs.deny[i]
@@ -340,17 +488,27 @@ func (rs *RuleSet) Check(c Coordinates) Verdict {
 //
 //	deny rule 7 (group_id wildcard "com.internal.*") matches group_id "com.internal.app"
 //	no allow rule on artifact_id matches "other-app"
+//	rule 9 (group_id regex "(?:.*){1000}") is not evaluated: its 2002 RE2 instructions do not fit in the 600 of an upstream's regex rules; edit or delete it
+//	rule 9 (group_id regex "^com\\.") is not evaluated on a group_id longer than 255 bytes
 //
 // Quoting escapes control characters, so a value cannot break the line.
 func (v Verdict) Reason() string {
-	switch {
-	case v.Allowed:
+	if v.Allowed {
 		return ""
-	case v.Rule != nil:
-		return "deny rule " + strconv.FormatInt(v.Rule.ID, 10) + " (" + v.Rule.Target + " " + v.Rule.PatternType +
-			" " + strconv.Quote(v.Rule.Pattern) + ") matches " + v.Target + " " + strconv.Quote(v.Value)
 	}
-	return "no allow rule on " + v.Target + " matches " + strconv.Quote(v.Value)
+	if v.Rule == nil {
+		return "no allow rule on " + v.Target + " matches " + strconv.Quote(v.Value)
+	}
+	rule := "rule " + strconv.FormatInt(v.Rule.ID, 10) + " (" + v.Rule.Target + " " + v.Rule.PatternType +
+		" " + strconv.Quote(v.Rule.Pattern) + ")"
+	switch {
+	case v.Unevaluated && v.Size > 0:
+		return rule + " is not evaluated: its " + strconv.Itoa(v.Size) + " RE2 instructions do not fit in the " +
+			strconv.Itoa(MaxRegexProgram) + " of an upstream's regex rules; edit or delete it"
+	case v.Unevaluated:
+		return rule + " is not evaluated on a " + v.Target + " longer than " + strconv.Itoa(MaxRegexInput) + " bytes"
+	}
+	return "deny " + rule + " matches " + v.Target + " " + strconv.Quote(v.Value)
 }
 
 // AllowsVersion reports whether version v of the artifact with coordinates c

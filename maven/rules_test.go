@@ -2,6 +2,7 @@ package maven
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
@@ -112,6 +113,149 @@ func TestValidateRuleRegex(t *testing.T) {
 	got := ValidateRule(Rule{Type: RuleAllow, Target: TargetGroupID, PatternType: PatternRegex, Pattern: "com[example"})
 	if want := "not valid RE2 syntax: missing closing ]: `[example`"; got["pattern"][0] != want {
 		t.Errorf("message %q, want %q", got["pattern"][0], want)
+	}
+}
+
+// A regex whose program alone is over MaxRegexProgram is refused when
+// written, with a message in the shape of the others; the bound counts the
+// program as it runs (case-insensitive), and what is typical fits.
+func TestValidateRuleProgramBound(t *testing.T) {
+	names := "^(?:com|org|net)\\.(?:acme|example|initech|globex|umbrella|hooli|piedpiper|vandelay|wonka|stark|" +
+		"wayne|tyrell|cyberdyne|soylent|aperture|blackmesa|oscorp|lexcorp|massive|dynamic|gringotts|monsters|" +
+		"nakatomi|duff|krusty|virtucon|weyland)(?:\\..*)?$"
+	for _, tt := range []struct {
+		pattern string
+		size    int // RegexProgramSize; 0: not checked
+		ok      bool
+	}{
+		{`(?:.*){1000}`, 2002, false},
+		{strings.Repeat(`(?:.*){1000}`, 21), 42002, false},
+		{`[a-z]{1,1000}`, 2001, false},
+		{`a{599}`, 601, false},
+		{`a{598}`, MaxRegexProgram, true},
+		{`[a-z0-9_-]{1,64}`, 129, true},
+		{`^com\.example\..*`, 17, true},
+		{names, 0, true},
+		{strings.Repeat("a", MaxRulePattern), MaxRulePattern + 2, true},
+	} {
+		size := RegexProgramSize(tt.pattern)
+		if tt.size != 0 && size != tt.size {
+			t.Errorf("RegexProgramSize(%.40q) = %d, want %d", tt.pattern, size, tt.size)
+		}
+		errs := ValidateRule(Rule{Type: RuleDeny, Target: TargetGroupID, PatternType: PatternRegex, Pattern: tt.pattern})
+		if tt.ok {
+			if errs != nil {
+				t.Errorf("%.40q (%d instructions): %v, want valid", tt.pattern, size, errs)
+			}
+			continue
+		}
+		want := map[string][]string{"pattern": {fmt.Sprintf(
+			"is too complex (compiles to %d RE2 instructions; an upstream's regex rules may compile to 600 together)", size)}}
+		if !reflect.DeepEqual(errs, want) {
+			t.Errorf("%.40q: %v, want %v", tt.pattern, errs, want)
+		}
+	}
+	if n := utf8.RuneCountInString(names); n > MaxRulePattern {
+		t.Fatalf("the names pattern is %d characters", n)
+	}
+	if RegexProgramSize("(") != 0 {
+		t.Error("a broken pattern has a size")
+	}
+}
+
+// RegexBudget: a rule fits beside the upstream's other regex rules while
+// their programs add up to MaxRegexProgram; its own stored version and
+// wildcards do not count.
+func TestRegexBudget(t *testing.T) {
+	re := func(id int64, pattern string) Rule {
+		return Rule{ID: id, Type: RuleAllow, Target: TargetVersion, PatternType: PatternRegex, Pattern: pattern}
+	}
+	others := []Rule{re(1, `a{298}`), {ID: 2, Type: RuleDeny, Target: TargetGroupID, PatternType: PatternWildcard, Pattern: "x*"}}
+	if errs := RegexBudget(re(0, `a{298}`), others); errs != nil { // 300 + 300
+		t.Errorf("a rule that fits: %v", errs)
+	}
+	want := map[string][]string{"pattern": {"is too complex (compiles to 301 RE2 instructions and the upstream's " +
+		"other regex rules to 300; they may compile to 600 together)"}}
+	if errs := RegexBudget(re(0, `a{299}`), others); !reflect.DeepEqual(errs, want) {
+		t.Errorf("a rule over the budget: %v, want %v", errs, want)
+	}
+	// An update of rule 1 replaces it.
+	if errs := RegexBudget(re(1, `a{598}`), others); errs != nil {
+		t.Errorf("an update: %v", errs)
+	}
+	// Refused on their own, or no regex: ValidateRule's business.
+	if RegexBudget(re(0, `(?:.*){1000}`), others) != nil || RegexBudget(re(0, `(`), others) != nil ||
+		RegexBudget(Rule{PatternType: PatternWildcard, Pattern: "*"}, others) != nil {
+		t.Error("RegexBudget judged what is not its own")
+	}
+}
+
+// Stored regexes that do not fit in the budget together (written before it
+// existed) are not evaluated, in id order: each refuses every value of its
+// coordinate, naming itself, and leaves files that do not show the
+// coordinate alone; the set's other rules still apply.
+func TestCompileRulesUnevaluated(t *testing.T) {
+	big := Rule{ID: 4, Type: RuleAllow, Target: TargetVersion, PatternType: PatternRegex, Pattern: `(?:.*){1000}`}
+	late := Rule{ID: 6, Type: RuleDeny, Target: TargetArtifactID, PatternType: PatternRegex, Pattern: `a{298}`}
+	rs, err := CompileRules([]Rule{
+		{ID: 3, Type: RuleDeny, Target: TargetGroupID, PatternType: PatternWildcard, Pattern: "com.internal*"},
+		big,
+		{ID: 5, Type: RuleDeny, Target: TargetArtifactID, PatternType: PatternRegex, Pattern: `a{398}`}, // 400
+		late, // 300 more: over 600
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, sizes := rs.Unevaluated(); !reflect.DeepEqual(got, []Rule{big, late}) || !reflect.DeepEqual(sizes, []int{2002, 300}) {
+		t.Fatalf("Unevaluated() = %v %v", got, sizes)
+	}
+	if rs.Len() != 4 {
+		t.Errorf("Len() = %d, want 4", rs.Len())
+	}
+	v := rs.Check(Coordinates{GroupID: "org.example", Version: "1.0"})
+	if v.Allowed || !v.Unevaluated || v.Rule == nil || v.Rule.ID != 4 || v.Target != TargetVersion || v.Value != "1.0" {
+		t.Fatalf("verdict %+v", v)
+	}
+	want := `rule 4 (version regex "(?:.*){1000}") is not evaluated: its 2002 RE2 instructions do not fit in ` +
+		`the 600 of an upstream's regex rules; edit or delete it`
+	if v.Reason() != want {
+		t.Errorf("Reason() = %s\nwant       %s", v.Reason(), want)
+	}
+	if v := rs.Check(Coordinates{GroupID: "org.example", ArtifactID: "lib"}); v.Allowed || v.Rule.ID != 6 {
+		t.Errorf("artifact: %+v, want rule 6 unevaluated", v)
+	}
+	if rs.AllowsVersion(Coordinates{GroupID: "org.example"}, "1.0") {
+		t.Error("AllowsVersion evaluated around an unevaluated version rule")
+	}
+	// Metadata without a version or artifact: those rules do not apply.
+	if v := rs.Check(Coordinates{GroupID: "org.example"}); !v.Allowed {
+		t.Errorf("no version shown: %+v", v)
+	}
+	// The other rules still refuse.
+	if v := rs.Check(Coordinates{GroupID: "com.internal.x"}); v.Allowed || v.Rule == nil || v.Rule.ID != 3 {
+		t.Errorf("deny rule: %+v", v)
+	}
+}
+
+// A regex reads at most MaxRegexInput bytes: a longer value is refused
+// without evaluating it (an allow-everything regex does not let it
+// through), naming a regex rule of its coordinate; wildcards read any
+// length.
+func TestRegexInputBound(t *testing.T) {
+	rs := compile(t, rr(TargetVersion, PatternRegex, RuleAllow, `.*`), rr(TargetGroupID, PatternWildcard, RuleAllow, "*"))
+	c := Coordinates{GroupID: strings.Repeat("g", MaxLen), ArtifactID: "a"}
+	if !rs.AllowsVersion(c, strings.Repeat("1", MaxRegexInput)) {
+		t.Error("a version of MaxRegexInput bytes refused")
+	}
+	if rs.AllowsVersion(c, strings.Repeat("1", MaxRegexInput+1)) {
+		t.Error("a version longer than MaxRegexInput allowed")
+	}
+	v := rs.Check(Coordinates{GroupID: "g", Version: strings.Repeat("1", MaxRegexInput+1)})
+	if v.Allowed || !v.Unevaluated || v.Rule == nil || v.Rule.ID != 1 || v.Size != 0 {
+		t.Fatalf("verdict %+v", v)
+	}
+	if want := `rule 1 (version regex ".*") is not evaluated on a version longer than 255 bytes`; v.Reason() != want {
+		t.Errorf("Reason() = %s, want %s", v.Reason(), want)
 	}
 }
 
@@ -531,6 +675,16 @@ func FuzzRules(f *testing.F) {
 			}
 			return
 		}
+		// What validation accepts is within the program bound and
+		// evaluated; what it refuses as too complex is not evaluated.
+		size := RegexProgramSize(pattern)
+		unevaluated, _ := rs.Unevaluated()
+		if errs == nil && ptype == PatternRegex && (size > MaxRegexProgram || len(unevaluated) != 0) {
+			t.Fatalf("accepted %q compiles to %d instructions; unevaluated %v", pattern, size, unevaluated)
+		}
+		if ptype == PatternRegex && size > MaxRegexProgram && len(unevaluated) != 1 {
+			t.Fatalf("%q of %d instructions is evaluated", pattern, size)
+		}
 		for _, c := range []Coordinates{{value, value, value}, {GroupID: value}, {}} {
 			v := rs.Check(c)
 			reason := v.Reason()
@@ -542,6 +696,9 @@ func FuzzRules(f *testing.F) {
 			}
 			if rs.AllowsVersion(c, value) != rs.Check(Coordinates{c.GroupID, c.ArtifactID, value}).Allowed {
 				t.Fatal("AllowsVersion differs from Check")
+			}
+			if tr, ok := parseTarget(target); ok && ptype == PatternRegex && len(value) > MaxRegexInput && c.value(tr) != "" && v.Allowed {
+				t.Fatalf("a regex allowed a value of %d bytes", len(value))
 			}
 		}
 		if ptype == PatternWildcard && utf8.ValidString(pattern) && utf8.ValidString(value) {
@@ -597,5 +754,59 @@ func BenchmarkRuleCheck(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		sinkVerdict = rs.Check(c)
+	}
+}
+
+// BenchmarkRuleWorstAccepted is what the regex budget leaves an upstream
+// owner: its regex rules at MaxRegexProgram together, built to keep every
+// thread of RE2's machine alive, on values as long as MaxRegexInput;
+// against twenty typical rules (benchRules) in the same run (ratio), and
+// against the pattern of the issue, which the bound refuses, compiled
+// anyway and run on a path's longest group.
+func BenchmarkRuleWorstAccepted(b *testing.B) {
+	const worst = `(?:.*){148}x` // 299 instructions: no value matches, every start is tried
+	if n := RegexProgramSize(worst); 2*n > MaxRegexProgram {
+		b.Fatalf("%d instructions", n)
+	}
+	var rules []Rule
+	for i, t := range []string{TargetGroupID, TargetArtifactID} {
+		rules = append(rules, Rule{ID: int64(i + 1), Type: RuleDeny, Target: t, PatternType: PatternRegex, Pattern: worst})
+	}
+	worstSet, err := CompileRules(rules)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if u, _ := worstSet.Unevaluated(); len(u) != 0 {
+		b.Fatalf("unevaluated %v", u)
+	}
+	typical, err := CompileRules(benchRules())
+	if err != nil {
+		b.Fatal(err)
+	}
+	long := strings.Repeat("a.", MaxRegexInput/2)
+	worstCoord := Coordinates{GroupID: long, ArtifactID: long, Version: "1"}
+	usual := Coordinates{GroupID: "org.apache.commons", ArtifactID: "commons-lang3", Version: "3.12.0"}
+	refused := regexp.MustCompile(`(?i)` + strings.Repeat(`(?:.*){1000}`, 21) + "x")
+	group := strings.Repeat("a.", MaxLen/2-8)
+	var base float64
+	for _, bc := range []struct {
+		name string
+		run  func()
+	}{
+		{"typical", func() { sinkVerdict = typical.Check(usual) }},
+		{"worst-accepted", func() { sinkVerdict = worstSet.Check(worstCoord) }},
+		{"issue-pattern", func() { _ = refused.MatchString(group) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				bc.run()
+			}
+			per := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			if bc.name == "typical" {
+				base = per
+			} else if base > 0 {
+				b.ReportMetric(per/base, "x-typical")
+			}
+		})
 	}
 }

@@ -11,8 +11,11 @@ package proxy
 // registryd_proxy_access_log_dropped_total rather than slowing downloads.
 //
 // Nothing secret reaches a line: the path is cut at '?' (a query may carry
-// private_token=), no header but User-Agent is read, the caller appears as
-// user and token ids, and error reasons are the listener's fixed phrases.
+// private_token=) and what a client wrote into the path itself
+// (";private_token=", "%3Fprivate_token%3D", a token as a segment) is
+// redacted (internal/redact), no header but User-Agent is read, the caller
+// appears as user and token ids, and error reasons are the listener's fixed
+// phrases.
 
 import (
 	"errors"
@@ -32,6 +35,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
+	"registryd/internal/redact"
 	"registryd/maven"
 )
 
@@ -402,7 +406,7 @@ func appendAccessText(b []byte, r *accessRecord) []byte {
 		b = strconv.AppendInt(b, r.Registry, 10)
 	}
 	b = append(b, " path="...)
-	b = appendTextValue(b, cutQuery(r.Path), maxLogPath)
+	b = appendTextValue(b, logPath(r.Path), maxLogPath)
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(r.Status), 10)
 	b = append(b, " bytes="...)
@@ -550,7 +554,7 @@ func appendAccessJSON(b []byte, r *accessRecord) []byte {
 		b = strconv.AppendInt(b, r.Registry, 10)
 	}
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, cutQuery(r.Path), maxLogPath)
+	b = appendJSONString(b, logPath(r.Path), maxLogPath)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(r.Status), 10)
 	b = append(b, `,"bytes":`...)
@@ -673,6 +677,11 @@ func bound(s string, max int) (string, bool) {
 	}
 	return s[:cut], true
 }
+
+// logPath is the path as the access log shows it: without a query and with
+// any credential written into it redacted. It allocates only for a path
+// that holds one (or a percent-escape).
+func logPath(p string) string { return redact.Text(cutQuery(p)) }
 
 // cutQuery defends the rule that no query reaches the log (it may hold
 // private_token=): callers pass the path without one, but a path that

@@ -17,10 +17,21 @@ import (
 )
 
 // connLimiter counts the proxy listener's open connections, in all and per
-// client address, and refuses a connection of a client that already holds
-// proxy.max_conns_per_client of them. Without it one client could take all
-// of fasthttp's Concurrency slots (a slowloris needs only slow headers) and
-// every other client would get 503.
+// client, and refuses a connection of a client that already holds its
+// share. Without it one client could take all of fasthttp's Concurrency
+// slots (a slowloris needs only slow headers) and every other client would
+// get 503.
+//
+// A client's share is proxy.max_conns_per_client while at most half of
+// proxy.concurrency is taken. Past half it shrinks with the connections left
+// (fairShare), down to fairFloor when none is: a few addresses at their
+// limit cannot take the rest (40 addresses at 256 used to take all 8,192),
+// and a client that holds few connections always gets in while any is free.
+//
+// A client is an IPv4 address, or an IPv6 /64: a host is given a whole /64
+// and picks any address in it, so counting IPv6 addresses one by one would
+// give one host 2^64 clients' worth of connections. An IPv4-mapped IPv6 peer
+// (a dual-stack listener) is the IPv4 client it is.
 //
 // It wraps the listener rather than using fasthttp's MaxConnsPerIP, which
 // counts IPv4 peers only (every IPv6 client would be unlimited) and has no
@@ -30,20 +41,24 @@ import (
 // whatever the client wants it to be, so trusting it would let one client
 // spread its connections over invented addresses.
 type connLimiter struct {
-	max int // per client address; 0 counts without limiting
-	log *slog.Logger
-	now func() time.Time // the clock of the warn rate limit
+	max int // per client; 0 counts without limiting (and without fair shares)
+	// global is proxy.concurrency, the connections fasthttp serves at once;
+	// 0: no fair share, max alone.
+	global int
+	log    *slog.Logger
+	now    func() time.Time // the clock of the warn rate limit
 
-	open    atomic.Int64  // connections accepted and not yet closed
-	refused atomic.Uint64 // connections refused over max
+	open        atomic.Int64  // connections accepted and not yet closed
+	refused     atomic.Uint64 // connections refused over max
+	refusedFair atomic.Uint64 // connections refused over a fair share below max
 
 	mu      sync.Mutex
-	clients map[netip.Addr]int // open connections by client, only > 0
-	// Addresses warned about lately, in two generations of at least
+	clients map[netip.Prefix]int // open connections by client, only > 0
+	// Clients warned about lately, in two generations of at least
 	// warnEvery each: a generation is dropped whole once the next one is
 	// warnEvery old, so no sweep is needed and every dropped mark is older
 	// than warnEvery.
-	warned, warnedPrev map[netip.Addr]time.Time
+	warned, warnedPrev map[netip.Prefix]time.Time
 	warnedSince        time.Time
 	exhaustedWarned    time.Time // last log line of an exhausted accept
 }
@@ -55,6 +70,13 @@ const (
 	// refusals of further addresses are counted but not logged, so many
 	// addresses (an IPv6 prefix holds plenty) cannot grow the map.
 	warnAddrsMax = 1024
+	// fairFloor is the share no client is refused below while fasthttp
+	// has a connection left: enough for a build (Maven resolves with 5
+	// threads), and enough that filling the listener takes
+	// proxy.concurrency / fairFloor clients (1,024 with the defaults).
+	fairFloor = 8
+	// ipv6ClientBits is the prefix of an IPv6 client.
+	ipv6ClientBits = 64
 	// refuseWriteTimeout bounds writing the 429 of a refused connection.
 	// The write happens in fasthttp's accept loop; a fresh socket's empty
 	// send buffer takes the few bytes at once, the deadline only makes
@@ -75,8 +97,10 @@ var tooManyConns = func() []byte {
 		"\r\n" + body)
 }()
 
-func newConnLimiter(perClient int, log *slog.Logger) *connLimiter {
-	return &connLimiter{max: perClient, log: log, now: time.Now, clients: map[netip.Addr]int{}}
+// newConnLimiter limits each client to perClient connections, less when
+// more than half of the listener's global (proxy.concurrency) are open.
+func newConnLimiter(perClient, global int, log *slog.Logger) *connLimiter {
+	return &connLimiter{max: perClient, global: global, log: log, now: time.Now, clients: map[netip.Prefix]int{}}
 }
 
 // listener wraps ln: its Accept hands over only admitted connections.
@@ -158,26 +182,73 @@ func clientAddr(a net.Addr) netip.Addr {
 	return ip.Unmap().WithZone("")
 }
 
-// admit counts c, or refuses it when its client is at the limit (nil).
-func (l *connLimiter) admit(c net.Conn) net.Conn {
-	var addr netip.Addr
-	if l.max > 0 {
-		addr = clientAddr(c.RemoteAddr())
+// clientOf is the client an address belongs to: the IPv4 address (/32),
+// or the /64 of an IPv6 one. Invalid for an invalid address.
+func clientOf(a netip.Addr) netip.Prefix {
+	if !a.IsValid() {
+		return netip.Prefix{}
 	}
-	if addr.IsValid() {
+	if a.Is4() {
+		return netip.PrefixFrom(a, 32)
+	}
+	p, _ := a.Prefix(ipv6ClientBits)
+	return p
+}
+
+// clientName is how a log line names a client: an IPv4 address as such, an
+// IPv6 client as its /64.
+func clientName(c netip.Prefix) string {
+	if c.Addr().Is4() {
+		return c.Addr().String()
+	}
+	return c.String()
+}
+
+// share is how many connections one client may hold now, and the
+// refusal reason when it holds that many: max while at most half of global
+// is open; past half, max scaled by the connections left over the half
+// (max at half, 0 when full), never below fairFloor (nor above max).
+// Scaling instead of a fixed second limit leaves no step to game: the more
+// is taken, the less each client may add, so clients at their share stop
+// where some room is still left for others (with 40 at 256 of 8,192, about
+// 1,600 connections stay free).
+func (l *connLimiter) share() (int, string) {
+	open := int(l.open.Load())
+	half := l.global / 2
+	if l.global <= 0 || open <= half {
+		return l.max, refusedPerClient
+	}
+	left := max(l.global-open, 0)
+	n := max(l.max*left/(l.global-half), min(fairFloor, l.max))
+	if n >= l.max {
+		return l.max, refusedPerClient
+	}
+	return n, refusedFairShare
+}
+
+// admit counts c, or refuses it when its client holds its share (nil).
+func (l *connLimiter) admit(c net.Conn) net.Conn {
+	var client netip.Prefix
+	if l.max > 0 {
+		client = clientOf(clientAddr(c.RemoteAddr()))
+	}
+	if client.IsValid() {
 		l.mu.Lock()
-		n := l.clients[addr]
-		if n >= l.max {
-			warn := l.warnNow(addr)
+		n := l.clients[client]
+		if limit, reason := l.share(); n >= limit {
+			if n >= l.max { // at its own limit anyway: the reason that says most
+				limit, reason = l.max, refusedPerClient
+			}
+			warn := l.warnNow(client)
 			l.mu.Unlock()
-			l.refuse(c, addr, warn)
+			l.refuse(c, client, limit, reason, warn)
 			return nil
 		}
-		l.clients[addr] = n + 1
+		l.clients[client] = n + 1
 		l.mu.Unlock()
 	}
 	l.open.Add(1)
-	return &limitedConn{Conn: c, l: l, addr: addr}
+	return &limitedConn{Conn: c, l: l, client: client}
 }
 
 // refuse answers c 429 and closes it. A close with request bytes still
@@ -185,70 +256,81 @@ func (l *connLimiter) admit(c net.Conn) net.Conn {
 // request may see that instead of the 429. Reading the request first would
 // hold the accept loop, so this is as good as it gets here; either way the
 // connection is gone at once.
-func (l *connLimiter) refuse(c net.Conn, addr netip.Addr, warn bool) {
-	l.refused.Add(1)
+func (l *connLimiter) refuse(c net.Conn, client netip.Prefix, limit int, reason string, warn bool) {
+	if reason == refusedFairShare {
+		l.refusedFair.Add(1)
+	} else {
+		l.refused.Add(1)
+	}
 	_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
 	_, _ = c.Write(tooManyConns)
 	_ = c.Close()
-	if warn {
-		l.log.Warn("proxy: client over its connection limit; refusing its further connections",
-			"client", addr.String(), "limit", l.max, "setting", "proxy.max_conns_per_client")
+	if !warn {
+		return
 	}
+	if reason == refusedFairShare {
+		l.log.Warn("proxy: client over its fair share of the connections left; refusing its further connections",
+			"client", clientName(client), "limit", limit, "open", l.open.Load(),
+			"setting", "proxy.concurrency", "per_client", l.max)
+		return
+	}
+	l.log.Warn("proxy: client over its connection limit; refusing its further connections",
+		"client", clientName(client), "limit", limit, "setting", "proxy.max_conns_per_client")
 }
 
-// warnNow reports whether a refusal of addr is logged: at most once per
-// warnEvery per address. l.mu is held.
-func (l *connLimiter) warnNow(addr netip.Addr) bool {
+// warnNow reports whether a refusal of client is logged: at most once per
+// warnEvery per client. l.mu is held.
+func (l *connLimiter) warnNow(client netip.Prefix) bool {
 	now := l.now()
 	if l.warned == nil || now.Sub(l.warnedSince) >= warnEvery {
-		l.warnedPrev, l.warned, l.warnedSince = l.warned, map[netip.Addr]time.Time{}, now
+		l.warnedPrev, l.warned, l.warnedSince = l.warned, map[netip.Prefix]time.Time{}, now
 	}
-	for _, m := range [2]map[netip.Addr]time.Time{l.warned, l.warnedPrev} {
-		if at, ok := m[addr]; ok && now.Sub(at) < warnEvery {
+	for _, m := range [2]map[netip.Prefix]time.Time{l.warned, l.warnedPrev} {
+		if at, ok := m[client]; ok && now.Sub(at) < warnEvery {
 			return false
 		}
 	}
 	if len(l.warned) >= warnAddrsMax {
 		return false
 	}
-	l.warned[addr] = now
+	l.warned[client] = now
 	return true
 }
 
-// release uncounts one closed connection of addr.
-func (l *connLimiter) release(addr netip.Addr) {
+// release uncounts one closed connection of client.
+func (l *connLimiter) release(client netip.Prefix) {
 	l.open.Add(-1)
-	if !addr.IsValid() {
+	if !client.IsValid() {
 		return
 	}
 	l.mu.Lock()
-	if n := l.clients[addr]; n > 1 {
-		l.clients[addr] = n - 1
+	if n := l.clients[client]; n > 1 {
+		l.clients[client] = n - 1
 	} else {
-		delete(l.clients, addr)
+		delete(l.clients, client)
 	}
 	l.mu.Unlock()
 }
 
-// conns is how many connections addr holds now (for tests).
+// conns is how many connections the client of addr holds now (for tests).
 func (l *connLimiter) conns(addr netip.Addr) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.clients[addr]
+	return l.clients[clientOf(addr)]
 }
 
 // limitedConn is an admitted connection; its first Close uncounts it.
 type limitedConn struct {
 	net.Conn
 	l      *connLimiter
-	addr   netip.Addr
+	client netip.Prefix
 	closed atomic.Bool
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
-		c.l.release(c.addr)
+		c.l.release(c.client)
 	}
 	return err
 }
@@ -266,6 +348,7 @@ func (c *limitedConn) ReadFrom(r io.Reader) (int64, error) {
 // Reasons of registryd_proxy_connections_refused_total.
 const (
 	refusedPerClient   = "per_client_limit"
+	refusedFairShare   = "fair_share"
 	refusedConcurrency = "concurrency"
 )
 
@@ -287,8 +370,9 @@ func registerConnMetrics(reg prometheus.Registerer, l *connLimiter, srv *fasthtt
 			"Connections of the proxy listener accepted and not yet closed.", nil, nil),
 		refused: prometheus.NewDesc("registryd_proxy_connections_refused_total",
 			"Connections of the proxy listener refused on accepting, by reason: per_client_limit (the client "+
-				"address held proxy.max_conns_per_client, answered 429), concurrency (proxy.concurrency "+
-				"connections were served, answered 503).", []string{"reason"}, nil),
+				"held proxy.max_conns_per_client, answered 429), fair_share (more than half of proxy.concurrency "+
+				"was open and the client held its share of the rest, fewer than its limit; answered 429), concurrency "+
+				"(proxy.concurrency connections were served, answered 503).", []string{"reason"}, nil),
 	})
 }
 
@@ -300,6 +384,7 @@ func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(c.l.open.Load()))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.l.refused.Load()), refusedPerClient)
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.l.refusedFair.Load()), refusedFairShare)
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue,
 		float64(c.srv.GetRejectedConnectionsCount()), refusedConcurrency)
 }

@@ -101,7 +101,7 @@ func expectRefused(t *testing.T, c net.Conn) {
 }
 
 func TestConnLimitPerClient(t *testing.T) {
-	l := newConnLimiter(2, slog.New(slog.DiscardHandler))
+	l := newConnLimiter(2, 0, slog.New(slog.DiscardHandler))
 	ln := listenLoopback(t, "tcp4", "127.0.0.1:0")
 	got := accepting(t, l, ln)
 	a := netip.MustParseAddr("127.0.0.1")
@@ -149,13 +149,13 @@ func TestConnLimitPerClient(t *testing.T) {
 
 	// A client whose last connection closes leaves no trace.
 	other.Close()
-	if _, ok := l.clients[netip.MustParseAddr("127.0.0.2")]; ok {
+	if _, ok := l.clients[clientOf(netip.MustParseAddr("127.0.0.2"))]; ok {
 		t.Fatal("a client without connections is still in the map")
 	}
 }
 
 func TestConnLimitIPv6(t *testing.T) {
-	l := newConnLimiter(1, slog.New(slog.DiscardHandler))
+	l := newConnLimiter(1, 0, slog.New(slog.DiscardHandler))
 	ln := listenLoopback(t, "tcp6", "[::1]:0")
 	got := accepting(t, l, ln)
 	dialFrom(t, ln, "::1")
@@ -218,7 +218,7 @@ func TestClientAddr(t *testing.T) {
 	}
 
 	// Both spellings of one IPv4 client share its count.
-	l := newConnLimiter(1, slog.New(slog.DiscardHandler))
+	l := newConnLimiter(1, 0, slog.New(slog.DiscardHandler))
 	if l.admit(pipeFrom(t, &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3).To4()})) == nil {
 		t.Fatal("the first connection was refused")
 	}
@@ -237,7 +237,7 @@ func TestClientAddr(t *testing.T) {
 }
 
 func TestConnLimitOff(t *testing.T) {
-	l := newConnLimiter(0, slog.New(slog.DiscardHandler))
+	l := newConnLimiter(0, 0, slog.New(slog.DiscardHandler))
 	var conns []net.Conn
 	for range 10 {
 		c := l.admit(pipeFrom(t, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}))
@@ -286,7 +286,7 @@ func (h *recordHandler) count() int {
 
 func TestConnLimitWarnsOncePerMinutePerClient(t *testing.T) {
 	h := &recordHandler{}
-	l := newConnLimiter(1, slog.New(h))
+	l := newConnLimiter(1, 0, slog.New(h))
 	clock := &testClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
 	l.now = clock.Now
 	from := func(ip string) net.Conn { return pipeFrom(t, &net.TCPAddr{IP: net.ParseIP(ip), Port: 4242}) }
@@ -339,7 +339,7 @@ func (c *readerFromConn) ReadFrom(r io.Reader) (int64, error) {
 // TestLimitedConnKeepsSendfile: bufio.Writer.ReadFrom uses its writer's
 // ReadFrom (sendfile on a *net.TCPConn) only if the writer has one.
 func TestLimitedConnKeepsSendfile(t *testing.T) {
-	l := newConnLimiter(0, slog.New(slog.DiscardHandler))
+	l := newConnLimiter(0, 0, slog.New(slog.DiscardHandler))
 	inner := &readerFromConn{Conn: pipeFrom(t, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)})}
 	c := l.admit(inner)
 	f, err := os.Open(os.Args[0])
@@ -582,7 +582,7 @@ func (l *scriptedListener) Accept() (net.Conn, error) {
 // end (fasthttp would stop serving on it), it is waited out.
 func TestAcceptWaitsOutFileLimit(t *testing.T) {
 	h := &recordHandler{}
-	l := newConnLimiter(1, slog.New(h))
+	l := newConnLimiter(1, 0, slog.New(h))
 	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
 	conn := pipeFrom(t, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)})
 	ln := l.listener(&scriptedListener{next: []any{emfile, emfile, conn}})

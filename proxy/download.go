@@ -168,7 +168,7 @@ type upstreamView struct {
 	notFoundTTL, metaNotFoundTTL time.Duration
 	// rules are the upstream's allow/deny rules, nil for none; rulesKey
 	// changes whenever they do (merged metadata depends on them).
-	rules    *maven.RuleSet
+	rules    *upstreamRules
 	rulesKey string
 }
 

@@ -356,7 +356,14 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Basic realm="registryd"`)
 	}
 	if ae.retryAfter > 0 {
-		ctx.Response.Header.Set("Retry-After", strconv.FormatInt(ae.retryAfter, 10))
+		// The upstream client and the health tracker already cap an
+		// upstream's pause at upstreams.max_backoff; this holds it for any
+		// client the Server was given.
+		after := ae.retryAfter
+		if limit := int64(s.cfg.Upstreams.MaxBackoff / time.Second); limit > 0 {
+			after = min(after, limit)
+		}
+		ctx.Response.Header.Set("Retry-After", strconv.FormatInt(after, 10))
 	}
 	body := ae.body
 	if wantsProblem(ctx.Request.Header.Peek("Accept")) {

@@ -25,10 +25,13 @@ func NewHealth(cfg config.Config, log *slog.Logger, now func() time.Time) *upstr
 	return upstream.NewHealth(upstream.HealthOptions{
 		InitialBackoff: u.Backoff,
 		MaxBackoff:     u.MaxBackoff,
-		Threshold:      u.FailureThreshold,
-		TrialTimeout:   u.ConnectTimeout + u.HeaderTimeout,
-		Now:            now,
-		OnChange:       healthLog(log),
+		// An upstream's Retry-After keeps it out no longer than our own
+		// backoff would (and the client hears no longer a pause).
+		MaxRetryAfter: u.MaxBackoff,
+		Threshold:     u.FailureThreshold,
+		TrialTimeout:  u.ConnectTimeout + u.HeaderTimeout,
+		Now:           now,
+		OnChange:      healthLog(log),
 	})
 }
 

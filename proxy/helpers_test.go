@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -140,6 +141,9 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *
 	}
 	if accessLog != nil {
 		deps.AccessLog = accessLog
+	}
+	if l, ok := envLoggers.Load(t); ok { // the daemon's log (redact_path_test.go)
+		deps.Logger = l.(*slog.Logger)
 	}
 	e.srv, err = New(deps)
 	if err != nil {

@@ -38,7 +38,8 @@ type problemUpstream struct {
 	Result string `json:"result"` // not_found, denied, failed, unhealthy
 	Reason string `json:"reason"`
 	// Rule is the id of the deny rule that refused the file (result
-	// denied); absent when an allow list did not match.
+	// denied), or of the regex rule that was not evaluated and refused it
+	// (maven.Verdict.Unevaluated); absent when an allow list did not match.
 	Rule int64 `json:"rule,omitempty"`
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"registryd/maven"
@@ -33,17 +35,92 @@ func isDenied(err error) bool {
 // compiling regular expressions that often would cost more than the lookup.
 type ruleSets struct {
 	mu sync.Mutex
-	m  map[int64]compiledRules
+	m  map[int64]*upstreamRules
+	// verdicts are the verdicts of every upstream's rules, by coordinates
+	// (see verdict), so that a repeated download runs no regex.
+	verdicts *lru.Cache[verdictKey, maven.Verdict]
+	// checks counts verdicts by where they came from (verdictSources).
+	checks [2]prometheus.Counter
 }
 
-type compiledRules struct {
-	fingerprint string // the rules' ids and content: changes with any edit
+// upstreamRules are an upstream's compiled rules; a nil *upstreamRules is
+// none, which allows everything. A recompiled set is a new value: the
+// pointer is the rules' generation, which verdict keys hold.
+type upstreamRules struct {
 	set         *maven.RuleSet
+	fingerprint string // the rules' ids and content: changes with any edit
+	verdicts    *ruleSets
 }
 
-// compile returns the compiled form of upstream id's rules (nil: none)
-// and their fingerprint ("" for none), which merged-metadata inputs include.
-func (s *Server) compileRules(id int64, list []store.UpstreamRule) (*maven.RuleSet, string, error) {
+// AllowsVersion is the set's AllowsVersion (merged metadata: one check per
+// version of a document, not cached: the versions of one document would
+// fill the cache, and the merged answer is cached instead).
+func (r *upstreamRules) AllowsVersion(c maven.Coordinates, v string) bool {
+	return r == nil || r.set.AllowsVersion(c, v)
+}
+
+// verdictKey is a check of one upstream's rules on one file's coordinates:
+// rules is the compiled set (its generation); group says the file is
+// metadata without a version, which verdict reads twice. The strings are
+// owned by the key (never request memory).
+type verdictKey struct {
+	rules                        *upstreamRules
+	group                        bool
+	groupID, artifactID, version string
+}
+
+// verdictCacheSize bounds the cached verdicts of all upstreams together
+// (some 300 bytes each).
+const verdictCacheSize = 16384
+
+// The values of registryd_upstream_rule_checks_total's source label.
+var verdictSources = [2]string{"cache", "evaluated"}
+
+func newRuleSets(reg prometheus.Registerer) (*ruleSets, error) {
+	rs := &ruleSets{m: map[int64]*upstreamRules{}}
+	var err error
+	if rs.verdicts, err = lru.New[verdictKey, maven.Verdict](verdictCacheSize); err != nil {
+		return nil, err
+	}
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "registryd", Subsystem: "upstream", Name: "rule_checks_total",
+		Help: "Checks of an upstream's allow/deny rules on a file's coordinates, by source: cache (a verdict " +
+			"given before for the same rules and coordinates) or evaluated.",
+	}, []string{"source"})
+	for i, src := range verdictSources {
+		rs.checks[i] = checks.WithLabelValues(src)
+	}
+	unevaluated := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "registryd", Subsystem: "upstream", Name: "rules_unevaluated",
+		Help: "Stored regex rules that are not evaluated because they do not fit in the regex budget of their " +
+			"upstream (written before it existed): each refuses every file that shows its coordinate.",
+	}, rs.unevaluated)
+	if reg != nil {
+		for _, c := range []prometheus.Collector{checks, unevaluated} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return rs, nil
+}
+
+// unevaluated counts the unevaluated rules of the compiled sets.
+func (s *ruleSets) unevaluated() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.m {
+		u, _ := r.set.Unevaluated()
+		n += len(u)
+	}
+	return float64(n)
+}
+
+// compileRules returns the compiled form of upstream id's rules (nil:
+// none) and their fingerprint ("" for none), which merged-metadata inputs
+// include. Stored regexes over the budget are logged once per change.
+func (s *Server) compileRules(id int64, list []store.UpstreamRule) (*upstreamRules, string, error) {
 	if len(list) == 0 {
 		s.rules.mu.Lock()
 		delete(s.rules.m, id)
@@ -66,7 +143,7 @@ func (s *Server) compileRules(id int64, list []store.UpstreamRule) (*maven.RuleS
 	c, ok := s.rules.m[id]
 	s.rules.mu.Unlock()
 	if ok && c.fingerprint == fp.String() {
-		return c.set, c.fingerprint, nil
+		return c, c.fingerprint, nil
 	}
 	set, err := maven.CompileRules(toMavenRules(list))
 	if err != nil {
@@ -74,14 +151,18 @@ func (s *Server) compileRules(id int64, list []store.UpstreamRule) (*maven.RuleS
 		// a corrupt record, which must not silently allow everything.
 		return nil, "", err
 	}
-	c = compiledRules{fingerprint: fp.String(), set: set}
-	s.rules.mu.Lock()
-	if s.rules.m == nil {
-		s.rules.m = map[int64]compiledRules{}
+	if rules, sizes := set.Unevaluated(); len(rules) > 0 {
+		for i, r := range rules {
+			s.log.Warn("upstream rule not evaluated: its regex does not fit in the upstream's budget; "+
+				"the upstream refuses every file that shows its coordinate until the rule is edited or deleted",
+				"upstream", id, "rule", r.ID, "target", r.Target, "instructions", sizes[i], "budget", maven.MaxRegexProgram)
+		}
 	}
+	c = &upstreamRules{set: set, fingerprint: fp.String(), verdicts: s.rules}
+	s.rules.mu.Lock()
 	s.rules.m[id] = c
 	s.rules.mu.Unlock()
-	return c.set, c.fingerprint, nil
+	return c, c.fingerprint, nil
 }
 
 func toMavenRules(list []store.UpstreamRule) []maven.Rule {
@@ -126,14 +207,38 @@ func (s *Server) screen(x *exchange) *registryView {
 	return kept
 }
 
-// verdict checks rules against a file with coordinates c. Metadata without
-// a version directory reads as artifact level (g/a: group g, artifact a)
-// but may be group level (the plugin list of group g.a): the path cannot
-// tell them apart. A deny rule that matches either reading refuses it; an
-// allow list refuses it only when neither reading passes.
-func verdict(rules *maven.RuleSet, p maven.Path, c maven.Coordinates) maven.Verdict {
+// verdict checks rules against a file with coordinates c, at most once per
+// rules and coordinates while the verdict stays in the cache: a repeated
+// download costs a lookup, not a regex run. What the cache keeps is copied
+// out of c (which may alias the request), so the verdict returned never
+// aliases request memory either. Metadata without a version directory
+// reads as artifact level (g/a: group g, artifact a) but may be group level
+// (the plugin list of group g.a): the path cannot tell them apart. A deny
+// rule that matches either reading refuses it; an allow list refuses it
+// only when neither reading passes.
+func verdict(rules *upstreamRules, p maven.Path, c maven.Coordinates) maven.Verdict {
+	if rules == nil {
+		return maven.Verdict{Allowed: true}
+	}
+	group := p.EntryKind() == maven.MetadataKind && p.Version == "" && c.ArtifactID != ""
+	k := verdictKey{rules: rules, group: group, groupID: c.GroupID, artifactID: c.ArtifactID, version: c.Version}
+	cache := rules.verdicts
+	if v, ok := cache.verdicts.Get(k); ok {
+		cache.checks[0].Inc()
+		return v
+	}
+	cache.checks[1].Inc()
+	v := evaluate(rules.set, group, c)
+	k.groupID, k.artifactID, k.version = strings.Clone(c.GroupID), strings.Clone(c.ArtifactID), strings.Clone(c.Version)
+	v.Value = strings.Clone(v.Value)
+	cache.verdicts.Add(k, v)
+	return v
+}
+
+// evaluate is verdict without the cache; group: read both ways.
+func evaluate(rules *maven.RuleSet, group bool, c maven.Coordinates) maven.Verdict {
 	v := rules.Check(c)
-	if rules == nil || p.EntryKind() != maven.MetadataKind || p.Version != "" || c.ArtifactID == "" {
+	if !group {
 		return v
 	}
 	g := rules.Check(maven.Coordinates{GroupID: c.GroupID + "." + c.ArtifactID})

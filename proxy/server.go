@@ -33,6 +33,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/upstream"
 )
@@ -108,7 +109,7 @@ type Server struct {
 	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
 
 	composed *composedCache // merged maven-metadata.xml and prefix files
-	rules    ruleSets       // compiled allow/deny rules of each upstream
+	rules    *ruleSets      // compiled allow/deny rules of each upstream, and their verdicts
 	audit    *auditQueue    // audit events of rule denials, written in batches
 
 	flightsMu sync.Mutex
@@ -155,6 +156,9 @@ func New(d Deps) (*Server, error) {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Paths are logged (fills, errors, fasthttp's complaints): a token a
+	// client wrote into one must not reach the log.
+	d.Logger = redact.Logger(d.Logger)
 	if d.Now == nil {
 		d.Now = time.Now
 	}
@@ -191,6 +195,9 @@ func New(d Deps) (*Server, error) {
 	}
 	if s.composed, err = newComposedCache(int64(d.Config.Metadata.MemoryBytes)); err != nil {
 		return nil, err
+	}
+	if s.rules, err = newRuleSets(d.Registerer); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.audit, err = newAuditQueue(s, d.Config.Audit, d.Registerer); err != nil {
 		return nil, err
@@ -252,7 +259,7 @@ func New(d Deps) (*Server, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
-	s.conns = newConnLimiter(d.Config.Proxy.MaxConnsPerClient, d.Logger)
+	s.conns = newConnLimiter(d.Config.Proxy.MaxConnsPerClient, d.Config.Proxy.Concurrency, d.Logger)
 	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
@@ -291,17 +298,19 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp: " + redactRequest(fmt.Sprintf(format, args...)))
 }
 
-// secretMarks start the values redactRequest hides: credential headers (as
-// a quoted request shows them, or raw) and credential query parameters.
+// secretMarks start the header values redactRequest hides (as a quoted
+// request shows them, or raw): their values run to the end of the line and
+// may hold spaces ("Basic ..."), which redact.Text would stop at.
 var secretMarks = [...]string{
 	"private-token:", "deploy-token:", "job-token:", "authorization:", "cookie:", "svc-gateway-api-request:",
-	"private_token=", "job_token=", "access_token=",
 }
 
 // redactRequest removes from a fasthttp error line what it quotes of a
 // request: the snippet of one it could not parse ("contents: ...", which
-// holds its headers) goes whole, and any credential header or query value
-// elsewhere is replaced up to the end of its line or parameter.
+// holds its headers) goes whole, any credential header elsewhere is
+// replaced up to the end of its line, and credentials in the request line
+// (a query or path parameter, in any case or encoding, a token as a path
+// segment) go as in every log line (redact.Text).
 func redactRequest(msg string) string {
 	if i := strings.Index(msg, "contents: "); i >= 0 {
 		msg = msg[:i] + "contents: [redacted]"
@@ -324,11 +333,8 @@ func redactRequest(msg string) string {
 			start++
 		}
 		// A header value runs to the end of its line (a quoted request shows
-		// it as a backslash escape), a query value to the next parameter.
-		stops := "\r\n\"\\"
-		if strings.HasSuffix(mark, "=") {
-			stops += "& \t"
-		}
+		// it as a backslash escape).
+		const stops = "\r\n\"\\"
 		end := start
 		for end < len(msg) && !strings.ContainsRune(stops, rune(msg[end])) {
 			end++
@@ -338,7 +344,7 @@ func redactRequest(msg string) string {
 		last, i = end, end
 	}
 	b.WriteString(msg[last:])
-	return b.String()
+	return redact.Text(b.String())
 }
 
 func asciiLower(s string) string {

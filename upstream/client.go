@@ -69,6 +69,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"registryd/internal/redact"
 )
 
 // Defaults for zero Options fields.
@@ -78,6 +80,7 @@ const (
 	DefaultCheckTimeout    = 5 * time.Second
 	DefaultBodyIdleTimeout = 60 * time.Second
 	DefaultMaxRedirects    = 5
+	DefaultMaxRetryAfter   = time.Hour // as Health's MaxRetryAfter
 )
 
 // userAgent identifies registryd to upstreams.
@@ -116,6 +119,11 @@ type Options struct {
 	Resolver Resolver
 	// Logger receives one debug line per upstream request. Default: discard.
 	Logger *slog.Logger
+	// MaxRetryAfter caps the Retry-After a StatusError carries: an
+	// upstream may ask for any pause, but registryd neither waits nor tells
+	// its clients to wait longer than its own backoff would
+	// (upstreams.max_backoff, which main passes). Default 1h.
+	MaxRetryAfter time.Duration
 }
 
 // Client talks to upstream repositories. It is safe for concurrent use and
@@ -129,6 +137,7 @@ type Client struct {
 	checkTimeout time.Duration
 	bodyIdle     time.Duration
 	maxRedirects int
+	maxRetry     time.Duration
 }
 
 // New returns a Client; zero Options fields take the defaults above.
@@ -154,12 +163,18 @@ func New(o Options) *Client {
 	case o.MaxRedirects < 0:
 		o.MaxRedirects = 0
 	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = DefaultMaxRetryAfter
+	}
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Request paths are logged, and a client may have written a token
+	// into one (Maven paths allow '&' and '=').
+	o.Logger = redact.Logger(o.Logger)
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.TLSConfig != nil {
 		tlsConf = o.TLSConfig.Clone()
@@ -202,6 +217,7 @@ func New(o Options) *Client {
 		checkTimeout: o.CheckTimeout,
 		bodyIdle:     o.BodyIdleTimeout,
 		maxRedirects: o.MaxRedirects,
+		maxRetry:     o.MaxRetryAfter,
 	}
 	c.hc = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	return c
@@ -460,7 +476,7 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 	drain(hr.Body, check)
 	se := &StatusError{Op: method, URL: errURL, Code: code, Status: reasonPhrase(hr)}
 	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
-		se.RetryAfter = parseRetryAfter(hr.Header.Get("Retry-After"), time.Now())
+		se.RetryAfter = min(parseRetryAfter(hr.Header.Get("Retry-After"), time.Now()), c.maxRetry)
 	}
 	return response{}, se
 }

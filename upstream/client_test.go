@@ -526,3 +526,56 @@ func TestNoSecretsInErrorsOrLogs(t *testing.T) {
 		})
 	}
 }
+
+// An upstream's Retry-After, as seconds or as a date, is capped at the
+// client's MaxRetryAfter (upstreams.max_backoff): no upstream makes
+// registryd, or its clients, wait longer than its own backoff would.
+func TestRetryAfterCapped(t *testing.T) {
+	var value atomic.Value
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", value.Load().(string))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	for _, tt := range []struct {
+		max   time.Duration
+		value string
+		want  time.Duration
+	}{
+		{time.Minute, "30", 30 * time.Second},
+		{time.Minute, "86400", time.Minute},
+		{time.Minute, "4294967295", time.Minute},
+		{time.Minute, time.Now().Add(72 * time.Hour).UTC().Format(http.TimeFormat), time.Minute},
+		{0, "86400", DefaultMaxRetryAfter}, // the default
+	} {
+		value.Store(tt.value)
+		c := New(Options{AllowLocalNetwork: true, MaxRetryAfter: tt.max})
+		_, err := c.Get(context.Background(), Endpoint{URL: srv.URL}, "a/b/1/b-1.jar", "")
+		var se *StatusError
+		if !errors.As(err, &se) || se.RetryAfter != tt.want {
+			t.Errorf("max %v, Retry-After %q: %v (%#v), want %v", tt.max, tt.value, err, se, tt.want)
+		}
+		c.CloseIdleConnections()
+	}
+}
+
+// A token a client wrote into a path (Maven paths allow '&' and '=') is
+// redacted from the client's request log lines, and from the errors they
+// carry.
+func TestRequestLogRedactsTokens(t *testing.T) {
+	const secret = "Tok3nValue0123456789abcdef"
+	srv := newServer(t, http.NotFoundHandler())
+	var out bytes.Buffer
+	c := New(Options{AllowLocalNetwork: true, Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	defer c.CloseIdleConnections()
+	for _, p := range []string{"a/b/1/b-1.jar&private_token=" + secret, "a/rdpat-" + secret + "/1/x.jar"} {
+		if _, err := c.Get(context.Background(), Endpoint{URL: srv.URL}, p, ""); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get %s: %v", p, err)
+		}
+	}
+	if _, err := c.Get(context.Background(), Endpoint{URL: refusedURL(t)}, "a/b/1/b-1.jar;job_token="+secret, ""); err == nil {
+		t.Fatal("no error from a refused connection")
+	}
+	if strings.Contains(out.String(), secret) || strings.Count(out.String(), "[redacted]") < 3 {
+		t.Fatalf("request log:\n%s", out.String())
+	}
+}

@@ -76,8 +76,8 @@ type StatusError struct {
 	Code   int    // HTTP status code
 	Status string // reason phrase, e.g. "Service Unavailable"
 	// RetryAfter is the Retry-After of a 429 or 503 (delta-seconds or an
-	// HTTP date, as a duration from the answer); 0 when absent, malformed or
-	// in the past.
+	// HTTP date, as a duration from the answer), at most the client's
+	// MaxRetryAfter; 0 when absent, malformed or in the past.
 	RetryAfter time.Duration
 }
 

@@ -267,6 +267,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		HeaderTimeout:     cfg.Upstreams.HeaderTimeout,
 		CheckTimeout:      cfg.Upstreams.CheckTimeout,
 		MaxRedirects:      redirects(cfg.Upstreams.MaxRedirects),
+		MaxRetryAfter:     cfg.Upstreams.MaxBackoff,
 		Logger:            log,
 	})
 	defer upClient.CloseIdleConnections()
