@@ -50,6 +50,10 @@ type composedView struct {
 	failures                  []upstreamFailure // every upstream without a document, and why
 	denied                    []denial          // the refusals to count again on every answer
 	res                       result            // how the inputs were got when built
+	// refused, when set, is the answer instead of a document: these inputs
+	// cannot be merged within the limits (kept like a document, so that
+	// asking again does not merge again).
+	refused *apiError
 }
 
 type contributor struct {
@@ -155,12 +159,32 @@ func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *compo
 		w.gen, w.expires, w.res, w.denied = gen, v.expires, v.res, v.denied
 		return &w, nil
 	}
-	var err error
+	// The merge weighs the documents it will read: one over
+	// metadata.max_document_bytes is refused unread (docInput.read).
+	var weight int64
+	for i := range ins {
+		if in := &ins[i]; in.err == nil && in.size <= int64(s.cfg.Metadata.MaxDocumentBytes) {
+			weight += in.size
+		}
+	}
+	if !s.merging.fits(weight) {
+		v.refused = message(fasthttp.StatusBadGateway, "502 Bad Gateway - the upstreams' documents ("+
+			strconv.FormatInt(weight, 10)+" bytes) are too large to merge (metadata.max_merging_bytes)")
+		return s.refusedView(x, v), nil
+	}
+	release, err := s.merging.acquire(weight)
+	defer release()
+	if err != nil {
+		return nil, err
+	}
 	switch k {
 	case composeMetadata:
 		err = s.mergeMetadata(x, v, ins)
 	case composePrefixes:
 		err = s.mergePrefixes(v, ins)
+	}
+	if v.refused != nil {
+		return s.refusedView(x, v), nil
 	}
 	if err != nil {
 		return nil, err
@@ -196,11 +220,29 @@ func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *compo
 	return v, nil
 }
 
+// refusedView completes v, whose inputs cannot be merged within the limits
+// (v.refused), as an answer kept while they stand.
+func (s *Server) refusedView(x *exchange, v *composedView) *composedView {
+	v.merge = mergeNone
+	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone)
+	s.log.Warn("merged metadata refused", "registry", x.reg.id, "path", x.path.EntryRel(), "reason", v.refused.body)
+	return v
+}
+
+// docLimits bound an upstream's maven-metadata.xml and a merged one.
+func (s *Server) docLimits() maven.MetadataLimits {
+	m := s.cfg.Metadata
+	return maven.MetadataLimits{Bytes: int64(m.MaxDocumentBytes), Versions: m.MaxVersions, Elements: m.MaxElements}
+}
+
 // mergeMetadata merges the maven-metadata.xml documents. An upstream's
-// versions that its rules refuse are left out of what it contributes. One
-// document, nothing left out and no upstream failed: its own bytes.
+// versions that its rules refuse are left out of what it contributes; a
+// document that is malformed, over the limits or for other coordinates
+// than the path is that upstream's failure. One document, nothing left out
+// and no upstream failed: its own bytes. A merged answer over the limits
+// is refused (v.refused).
 func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
-	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	lim := s.docLimits()
 	docs := make([]*maven.Metadata, len(ins))
 	var c maven.Coordinates
 	if x.reg.hasRules {
@@ -212,9 +254,13 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 		if in.err == nil {
 			body, err := in.read(s)
 			if err == nil {
-				docs[i], err = maven.ParseMetadata(bytes.NewReader(body), max)
+				docs[i], err = maven.ParseMetadataBytes(body, lim)
+			}
+			if err == nil {
+				err = docs[i].CheckPath(x.path)
 			}
 			if err != nil {
+				docs[i] = nil
 				in.err = s.badInput(in, err)
 			} else {
 				found, single = found+1, i
@@ -250,7 +296,18 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 		v.etag = `"` + in.digest + `"`
 		return nil
 	}
-	v.body = merged.Marshal()
+	body, err := merged.MarshalLimited(lim)
+	if err != nil {
+		var me *maven.MetadataError
+		reason := "over the limits"
+		if errors.As(err, &me) {
+			reason = me.Reason()
+		}
+		v.refused = message(fasthttp.StatusBadGateway,
+			"502 Bad Gateway - the merged maven-metadata.xml would be too large: "+reason)
+		return nil
+	}
+	v.body = body
 	return nil
 }
 
@@ -311,17 +368,26 @@ func (s *Server) badInput(in *docInput, err error) error {
 		return err
 	}
 	err = docError(err)
+	s.log.Warn("upstream document not merged", "upstream", in.up.id, "path", in.entry, "reason", failureReason(err))
 	s.composed.rememberBad(in.digest, err, s.now().Add(s.cfg.Metadata.PartialTTL))
 	return err
 }
 
-// docError is an upstream document that could not be read or parsed, as
-// that upstream's failure.
+// docError is an upstream document that could not be read, parsed or
+// merged, as that upstream's failure.
 func docError(err error) error {
-	if errors.Is(err, maven.ErrBadMetadata) || errors.Is(err, maven.ErrBadPrefixes) {
-		return &refusedError{label: refusedAnswer, reason: "malformed document: " + docReason(err)}
+	var kind string
+	switch {
+	case errors.Is(err, maven.ErrMetadataMisplaced):
+		kind = "document for other coordinates: "
+	case errors.Is(err, maven.ErrMetadataTooLarge):
+		kind = "document too large: "
+	case errors.Is(err, maven.ErrBadMetadata) || errors.Is(err, maven.ErrBadPrefixes):
+		kind = "malformed document: "
+	default:
+		return err
 	}
-	return err
+	return &refusedError{label: refusedAnswer, reason: kind + docReason(err)}
 }
 
 // docReason is the parser's client-safe reason, without its package prefix.
@@ -345,6 +411,10 @@ func (v *composedView) digest() {
 // serveComposed answers x from v: the document, or one of its digests.
 func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	ctx, p := x.ctx, x.path
+	if v.refused != nil {
+		v.merges.Inc()
+		return v.refused
+	}
 	x.merge, x.up = v.merge, v.up
 	if v.merge == mergePartial {
 		x.miss = &missError{failures: v.failures}

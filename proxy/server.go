@@ -104,6 +104,7 @@ type Server struct {
 	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
 
 	composed *composedCache // merged maven-metadata.xml and prefix files
+	merging  *mergeGate     // the documents being merged at once (metadata.max_merging_bytes)
 	rules    ruleSets       // compiled allow/deny rules of each upstream
 	audit    *auditQueue    // audit events of rule denials, written in batches
 
@@ -185,6 +186,9 @@ func New(d Deps) (*Server, error) {
 	}
 	if s.composed, err = newComposedCache(int64(d.Config.Metadata.MemoryBytes)); err != nil {
 		return nil, err
+	}
+	if s.merging, err = newMergeGate(d.Registerer, int64(d.Config.Metadata.MaxMergingBytes), d.Config.Metadata.MergeWait); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.audit, err = newAuditQueue(s); err != nil {
 		return nil, err
