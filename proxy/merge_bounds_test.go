@@ -3,10 +3,12 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,5 +288,107 @@ func TestMisplacedMetadataNotMerged(t *testing.T) {
 	}
 	if pl := parsed(t, r.body).Plugins; len(pl) != 1 || pl[0].Prefix != "x" {
 		t.Fatalf("group level: plugins %+v", pl)
+	}
+}
+
+// countingBody answers a maven-metadata.xml of declared bytes (with a
+// Content-Length, or chunked), and counts what it managed to send.
+func countingBody(declared int, chunked bool, sent *atomic.Int64) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		if !chunked {
+			w.Header().Set("Content-Length", strconv.Itoa(declared))
+		}
+		w.WriteHeader(200)
+		chunk := []byte("<metadata><versioning><versions>" + strings.Repeat("<version>1</version>", 1600))
+		for n := 0; n < declared; {
+			m, err := w.Write(chunk[:min(len(chunk), declared-n)])
+			sent.Add(int64(m))
+			n += m
+			if err != nil {
+				return
+			}
+			if f, ok := w.(http.Flusher); ok && chunked {
+				f.Flush()
+			}
+		}
+	}
+}
+
+// A document over metadata.max_document_bytes is not downloaded past the
+// limit nor stored: with a Content-Length over it, its body is not read at
+// all; without one, the fill stops once the body passes it. The merge goes
+// on without it, and the refusal is remembered a while.
+func TestOversizedDocumentNotDownloaded(t *testing.T) {
+	const limit = 64 << 10
+	const huge = 100 << 20
+	for _, chunked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) { c.Metadata.MaxDocumentBytes = limit })
+			a, b := newFakeUpstream(t), newFakeUpstream(t)
+			e.upstream(a.URL, nil, nil)
+			bid := e.upstream(b.URL, nil, nil)
+			good := metaXML("20240101000000", "1.0", "1.0", "1.0")
+			a.set(libMeta, fakeFile{body: good})
+			var sent atomic.Int64
+			b.set(libMeta, fakeFile{custom: countingBody(huge, chunked, &sent)})
+
+			r := e.get(libMeta).expect(t, 200)
+			if h := r.header.Get("X-Registryd-Merge"); h != fmt.Sprintf("partial; missing=%d", bid) {
+				t.Fatalf("X-Registryd-Merge %q", h)
+			}
+			e.waitFills()
+			if _, ok := e.entry(bid, "/"+libMeta); ok {
+				t.Fatal("the oversized document was stored")
+			}
+			fetched := e.metric("registryd_upstream_fetched_bytes_total") - float64(len(good))
+			switch {
+			case !chunked && fetched != 0:
+				t.Fatalf("%v bytes of a body whose Content-Length is over the limit were read", fetched)
+			case chunked && fetched > limit+copyBufSize:
+				t.Fatalf("%v bytes of a chunked body read, limit %d", fetched, limit)
+			}
+			t.Logf("read %v bytes, the upstream sent %d", fetched, sent.Load())
+			// What the upstream managed to send is what the proxy read
+			// plus what the sockets' buffers took: far from the whole.
+			if s := sent.Load(); s >= huge/4 {
+				t.Fatalf("the upstream sent %d of %d bytes", s, huge)
+			}
+			if m, ok := e.srv.marks.recall(e.st, bid, libMeta, e.clock.Now()); !ok || m.refused == nil {
+				t.Fatal("the refusal is not remembered: the next merge would download it again")
+			}
+		})
+	}
+}
+
+// The documents of a merge are read from their stored blobs, under the
+// room for merges, not copied out of their fills by each request: except
+// when the disk is full and a document is not stored, when it is read from
+// its fill, as the one way to have it. Both merge alike.
+func TestMergeOfUncachedDocuments(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("disk full=%v", full), func(t *testing.T) {
+			e := newEnv(t)
+			if full {
+				e.fakeVolume(100 << 20) // below the 1% reserve: nothing is stored
+			}
+			a, b := newFakeUpstream(t), newFakeUpstream(t)
+			aid := e.upstream(a.URL, nil, nil)
+			e.upstream(b.URL, nil, nil)
+			const size = 3 * memBodyMax // streamed behind the fill
+			a.set(libMeta, fakeFile{body: metaOfSize("20240101000000", "1.0", size)})
+			b.set(libMeta, fakeFile{body: metaOfSize("20250101000000", "2.0", size)})
+			r := e.get(libMeta).expect(t, 200)
+			if h := r.header.Get("X-Registryd-Merge"); h != "complete" {
+				t.Fatalf("X-Registryd-Merge %q", h)
+			}
+			if v := parsed(t, r.body).Versioning.Versions; !slices.Contains(v, "1.0") || !slices.Contains(v, "2.0") {
+				t.Fatalf("merged %d versions without both marks", len(v))
+			}
+			e.waitFills()
+			if _, ok := e.entry(aid, "/"+libMeta); ok == full {
+				t.Fatalf("stored: %v, disk full: %v", ok, full)
+			}
+		})
 	}
 }
