@@ -155,10 +155,34 @@ func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *compo
 	}
 	if prev != nil && prev.inputs == v.inputs {
 		// The same documents: the same bytes.
-		w := *prev
-		w.gen, w.expires, w.res, w.denied = gen, v.expires, v.res, v.denied
-		return &w, nil
+		return v.from(prev), nil
 	}
+	// Requests for the same answer out of the same documents at once (a
+	// herd after a new release changed a document) wait for one merge.
+	key := pendingKey{entryKey{x.reg.id, strings.Clone(x.path.EntryRel())}, v.inputs}
+	p, lead := s.composed.pending(key)
+	if !lead {
+		<-p.done
+		if p.err != nil {
+			return nil, p.err
+		}
+		return v.from(p.v), nil
+	}
+	defer func() { s.composed.settle(key, p) }()
+	p.v, p.err = s.build(x, k, ins, v, now)
+	return p.v, p.err
+}
+
+// from is the answer built before out of the same documents, for v's
+// generation, expiry and request.
+func (v *composedView) from(built *composedView) *composedView {
+	w := *built
+	w.gen, w.expires, w.res, w.denied = v.gen, v.expires, v.res, v.denied
+	return &w
+}
+
+// build merges the inputs into v, within the room for merges.
+func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
 	// The merge weighs the documents it will read: one over
 	// metadata.max_document_bytes is refused unread (docInput.read).
 	var weight int64
@@ -496,7 +520,62 @@ type composedCache struct {
 	max   int64
 	// bad are upstream documents (by SHA-256) that could not be merged.
 	bad *simplelru.LRU[string, badDoc]
+	// building are the compositions in progress.
+	building map[pendingKey]*pendingCompose
+	// onFollow, when set (by tests), runs when a request starts to wait for
+	// a composition in progress.
+	onFollow func()
 }
+
+// pendingKey is a composition in progress: the answer, and the documents
+// it is built from.
+type pendingKey struct {
+	entryKey
+	inputs [sha256.Size]byte
+}
+
+// pendingCompose is the outcome of a composition in progress, once done is
+// closed.
+type pendingCompose struct {
+	done chan struct{}
+	v    *composedView
+	err  error
+}
+
+// pending returns the composition in progress for k, and whether the
+// caller is to build it (lead): then it must settle it.
+func (c *composedCache) pending(k pendingKey) (p *pendingCompose, lead bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.building[k]; ok {
+		if c.onFollow != nil {
+			c.onFollow()
+		}
+		return p, false
+	}
+	if c.building == nil {
+		c.building = make(map[pendingKey]*pendingCompose)
+	}
+	p = &pendingCompose{done: make(chan struct{})}
+	c.building[k] = p
+	return p, true
+}
+
+// settle publishes the outcome of a composition (p.v, p.err) to those
+// waiting for it.
+func (c *composedCache) settle(k pendingKey, p *pendingCompose) {
+	c.mu.Lock()
+	delete(c.building, k)
+	c.mu.Unlock()
+	if p.v == nil && p.err == nil {
+		p.err = errComposeAborted
+	}
+	close(p.done)
+}
+
+// errComposeAborted is a composition whose builder ended without an outcome
+// (a panic, recovered by the handler).
+var errComposeAborted = errors.New("the merge these documents waited for did not finish")
 
 // badDoc is why a document could not be merged, and until when that
 // stands without asking its upstream again.

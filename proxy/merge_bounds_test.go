@@ -392,3 +392,56 @@ func TestMergeOfUncachedDocuments(t *testing.T) {
 		})
 	}
 }
+
+// Requests for the same answer out of the same documents at once wait for
+// one merge and share it (a herd after a release changed a document): one
+// merge, every answer 200, even with room for a single merge and none to
+// wait for.
+func TestConcurrentSameMergeOnce(t *testing.T) {
+	const herd = 16
+	e := newEnv(t, func(c *config.Config) { c.Metadata.MergeWait = 0 })
+	a, b := newFakeUpstream(t), newFakeUpstream(t)
+	e.upstream(a.URL, nil, nil)
+	e.upstream(b.URL, nil, nil)
+	p := metaPaths(a, b, 1)[0]
+	following := make(chan struct{}, herd)
+	e.srv.composed.onFollow = func() { following <- struct{}{} }
+	proceed := make(chan struct{})
+	acquired := make(chan struct{}, herd)
+	e.srv.merging.onAcquire = func(int64) {
+		acquired <- struct{}{}
+		<-proceed
+	}
+	var wg sync.WaitGroup
+	answers := make([]resp, herd)
+	for i := range herd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = e.getNow(p)
+		}()
+	}
+	// One merge starts and holds; the others all wait for it.
+	for followers, merges := 0, 0; followers < herd-1 || merges < 1; {
+		select {
+		case <-following:
+			followers++
+		case <-acquired:
+			if merges++; merges > 1 {
+				close(proceed)
+				wg.Wait()
+				t.Fatalf("a second merge of the same documents started (%d followers so far)", followers)
+			}
+		}
+	}
+	close(proceed)
+	wg.Wait()
+	for _, r := range answers {
+		if h := r.expect(t, 200).header.Get("X-Registryd-Merge"); h != "complete" {
+			t.Fatalf("X-Registryd-Merge %q", h)
+		}
+	}
+	if n := len(acquired); n != 0 {
+		t.Fatalf("%d more merges after the one all waited for", n)
+	}
+}
