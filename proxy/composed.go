@@ -287,6 +287,11 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 				docs[i] = nil
 				in.err = s.badInput(in, err)
 			} else {
+				if found > 0 {
+					// Only a single document's own bytes are served:
+					// with two, neither is needed past its parse.
+					ins[single].body, in.body = nil, nil
+				}
 				found, single = found+1, i
 			}
 		}
