@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
-	"runtime/metrics"
-	"sync/atomic"
 	"testing"
-	"time"
+
+	"registryd/internal/heappeak"
 )
 
 // largeMetadata is an artifact-level document of about size bytes in Maven
@@ -41,36 +40,6 @@ func mergeLarge(tb testing.TB, raw [][]byte) []byte {
 	return MergeMetadata(docs, nil).Marshal()
 }
 
-// peakHeap samples the heap's object bytes while f runs.
-func peakHeap(f func()) uint64 {
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	base := s[0].Value.Uint64()
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Microsecond):
-			}
-		}
-	}()
-	f()
-	close(stop)
-	<-done
-	return peak.Load() - min(base, peak.Load())
-}
-
 // BenchmarkMergeLarge: two documents of 14.5 MiB (about 460,000 versions each,
 // overlapping by 260,000), parsed, merged and rendered, as a merge of the largest
 // documents metadata.max_document_bytes lets through. peak/in is the largest heap
@@ -83,7 +52,8 @@ func BenchmarkMergeLarge(b *testing.B) {
 	b.ReportAllocs()
 	var peak uint64
 	for b.Loop() {
-		peak = max(peak, peakHeap(func() { mergeLarge(b, raw) }))
+		p, _ := heappeak.During(func() { mergeLarge(b, raw) })
+		peak = max(peak, p)
 	}
 	b.ReportMetric(float64(peak)/float64(in), "peak/in")
 }

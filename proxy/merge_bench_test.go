@@ -5,15 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
-	rtmetrics "runtime/metrics"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"registryd/config"
+	"registryd/internal/heappeak"
 )
 
 // largeMetaAt is an artifact-level document of about size bytes at path, in
@@ -74,7 +72,7 @@ func BenchmarkConcurrentLargeMerges(b *testing.B) {
 				}
 				b.StartTimer()
 				var mu sync.Mutex
-				p, a := heapDuring(func() {
+				p, a := heappeak.During(func() {
 					var wg sync.WaitGroup
 					for _, path := range paths {
 						wg.Add(1)
@@ -112,35 +110,4 @@ func (e *env) getDiscard(tb testing.TB, path string) int {
 	defer res.Body.Close()
 	io.Copy(io.Discard, res.Body)
 	return res.StatusCode
-}
-
-// heapDuring runs f and returns the largest growth of the heap's objects
-// seen meanwhile (sampled every 200µs) and the bytes allocated.
-func heapDuring(f func()) (peak, alloc uint64) {
-	runtime.GC()
-	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/allocs:bytes"}}
-	rtmetrics.Read(s)
-	base, allocBase := s[0].Value.Uint64(), s[1].Value.Uint64()
-	var top atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		for {
-			rtmetrics.Read(s)
-			if v := s[0].Value.Uint64(); v > top.Load() {
-				top.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(200 * time.Microsecond):
-			}
-		}
-	}()
-	f()
-	close(stop)
-	<-done
-	rtmetrics.Read(s)
-	return top.Load() - min(base, top.Load()), s[1].Value.Uint64() - allocBase
 }
