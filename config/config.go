@@ -264,8 +264,10 @@ type Cache struct {
 // docs/api.md, "Merged metadata").
 type Metadata struct {
 	// MaxDocumentBytes bounds one upstream's maven-metadata.xml or prefix
-	// file that is merged: a larger one is that upstream's failure. Maven
-	// Central's largest metadata files are a few MB. Default 16 MiB.
+	// file: a larger one is not downloaded past it nor stored (whoever asked
+	// for it), and is that upstream's failure in a merge. A merged answer is
+	// held to it too. Maven Central's largest metadata files are a few MB.
+	// Default 16 MiB.
 	MaxDocumentBytes ByteSize `yaml:"max_document_bytes"`
 	// PartialTTL is how long a merge that lacks the document of an upstream
 	// that failed is reused before the upstreams are asked again. Default 1m.
@@ -273,6 +275,23 @@ type Metadata struct {
 	// MemoryBytes bounds the merged documents kept in memory (they are
 	// rebuilt from the cached upstream documents when dropped). Default 32 MiB.
 	MemoryBytes ByteSize `yaml:"memory_bytes"`
+	// MaxVersions bounds the versions one upstream's maven-metadata.xml
+	// lists (more: that upstream's failure) and a merged answer lists (more:
+	// 502). Default 100000.
+	MaxVersions int `yaml:"max_versions"`
+	// MaxElements bounds the XML elements of one upstream's
+	// maven-metadata.xml and of a merged answer, as MaxVersions does.
+	// Default 1048576.
+	MaxElements int `yaml:"max_elements"`
+	// MaxMergingBytes bounds the upstream documents being merged at once,
+	// in bytes (a merge costs about four times its documents): a merge
+	// waits up to MergeWait for room, then is answered 503 with
+	// Retry-After; one whose documents alone are larger is answered 502.
+	// An answer kept in memory costs no merge. Default 64 MiB.
+	MaxMergingBytes ByteSize `yaml:"max_merging_bytes"`
+	// MergeWait is how long a merge waits for room under MaxMergingBytes.
+	// 0 refuses at once. Default 2s.
+	MergeWait time.Duration `yaml:"merge_wait"`
 }
 
 // Cleanup runs the groups' cache cleanup policies (docs/api.md, "Cleanup
@@ -387,6 +406,10 @@ func Default() Config {
 			MaxDocumentBytes: 16 * MiB,
 			PartialTTL:       time.Minute,
 			MemoryBytes:      32 * MiB,
+			MaxVersions:      100000,
+			MaxElements:      1 << 20,
+			MaxMergingBytes:  64 * MiB,
+			MergeWait:        2 * time.Second,
 		},
 		Cleanup: Cleanup{CheckInterval: time.Minute, BatchSize: 500},
 		Audit: Audit{Retention: 3 * 365 * 24 * time.Hour, CallerDenialsPerMinute: 30, RegistryDenialsPerMinute: 300,
@@ -560,6 +583,17 @@ func (c Config) Validate() error {
 	}
 	if c.Metadata.MemoryBytes < 0 {
 		add("metadata.memory_bytes must not be negative (0 keeps no merged document), got %d", c.Metadata.MemoryBytes)
+	}
+	if c.Metadata.MaxVersions < 1 || c.Metadata.MaxElements < 1 {
+		add("metadata.max_versions and metadata.max_elements must be at least 1, got %d and %d",
+			c.Metadata.MaxVersions, c.Metadata.MaxElements)
+	}
+	if c.Metadata.MaxMergingBytes < c.Metadata.MaxDocumentBytes {
+		add("metadata.max_merging_bytes (%s) must be at least metadata.max_document_bytes (%s), or a document that may be merged never would be",
+			c.Metadata.MaxMergingBytes, c.Metadata.MaxDocumentBytes)
+	}
+	if c.Metadata.MergeWait < 0 {
+		add("metadata.merge_wait must not be negative (0 refuses at once), got %s", c.Metadata.MergeWait)
 	}
 	if c.Cleanup.CheckInterval < time.Second {
 		add("cleanup.check_interval (REGISTRYD_CLEANUP_CHECK_INTERVAL) must be at least 1s, got %s", c.Cleanup.CheckInterval)

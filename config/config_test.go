@@ -549,3 +549,22 @@ func TestDiskBudgetSettings(t *testing.T) {
 	cfg.Cache.MaxBytes = -1
 	wantProblems(t, cfg.Validate(), "cache.max_bytes must not be negative")
 }
+
+func TestMergeBoundSettings(t *testing.T) {
+	m := Default().Metadata
+	if m.MaxVersions != 100000 || m.MaxElements != 1<<20 || m.MaxMergingBytes != 64*MiB || m.MergeWait != 2*time.Second {
+		t.Fatalf("defaults: %+v", m)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_METADATA_MAX_VERSIONS=500", "REGISTRYD_METADATA_MAX_ELEMENTS=2000",
+		"REGISTRYD_METADATA_MAX_MERGING_BYTES=128MiB", "REGISTRYD_METADATA_MERGE_WAIT=0s"})
+	if err != nil || cfg.Metadata.MaxVersions != 500 || cfg.Metadata.MaxElements != 2000 ||
+		cfg.Metadata.MaxMergingBytes != 128*MiB || cfg.Metadata.MergeWait != 0 {
+		t.Fatalf("from the environment: %v, %+v", err, cfg.Metadata)
+	}
+	cfg = Default()
+	cfg.Metadata.MaxVersions = 0
+	cfg.Metadata.MaxMergingBytes = cfg.Metadata.MaxDocumentBytes - 1
+	cfg.Metadata.MergeWait = -time.Second
+	wantProblems(t, cfg.Validate(), "metadata.max_versions and metadata.max_elements must be at least 1",
+		"metadata.max_merging_bytes", "metadata.merge_wait must not be negative")
+}

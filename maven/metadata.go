@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
-	"unicode/utf8"
 )
 
 // maven-metadata.xml: parsing an upstream's document, merging several, rendering one.
@@ -17,8 +15,11 @@ import (
 // A virtual registry answers g/a/maven-metadata.xml (and g/maven-metadata.xml, with
 // its <plugins>) with the merge of what its upstreams have, so that a client sees
 // every version any upstream offers. An upstream's document is untrusted input: the
-// parser is bounded in bytes, depth and elements, refuses DTDs, and reports failures
-// with a short reason that quotes nothing of the document.
+// parser is bounded in bytes, depth, elements and versions, refuses DTDs, and reports
+// failures with a short reason that quotes nothing of the document. Parsing and
+// merging keep only what the merge uses, compactly: a merge of large documents
+// allocates about four times their size (BenchmarkMergeLarge,
+// TestMergeMemoryBounded).
 
 // Metadata is one maven-metadata.xml document.
 type Metadata struct {
@@ -63,6 +64,22 @@ const (
 	MaxMetadataElements = 1 << 20
 )
 
+// MetadataLimits bound one document: an upstream's that ParseMetadataBytes reads,
+// or a merged one that MarshalLimited renders. Past any of them the document is
+// refused with ErrMetadataTooLarge.
+type MetadataLimits struct {
+	Bytes    int64 // its size
+	Elements int   // its elements, all kinds together; 0: MaxMetadataElements
+	Versions int   // the versions its <versions> lists; 0: as many as Elements allows
+}
+
+func (l MetadataLimits) elements() int {
+	if l.Elements <= 0 {
+		return MaxMetadataElements
+	}
+	return l.Elements
+}
+
 // Errors of ParseMetadata. Every failure is a *MetadataError that errors.Is
 // ErrBadMetadata; a document over max bytes is also ErrMetadataTooLarge, one with a
 // DOCTYPE or another DTD declaration also ErrDoctype.
@@ -70,6 +87,9 @@ var (
 	ErrBadMetadata            = errors.New("bad maven-metadata.xml")
 	ErrMetadataTooLarge error = &kindError{"maven-metadata.xml too large"}
 	ErrDoctype          error = &kindError{"maven-metadata.xml has a DOCTYPE"}
+	// ErrMetadataMisplaced is a document that names other coordinates than its
+	// path (CheckPath).
+	ErrMetadataMisplaced error = &kindError{"maven-metadata.xml for other coordinates"}
 )
 
 // kindError is a sentinel that is itself an ErrBadMetadata.
@@ -141,17 +161,36 @@ func (c *capReader) Read(p []byte) (int, error) {
 // metaParser reads tokens with the limits applied.
 type metaParser struct {
 	d        *xml.Decoder
-	cr       *capReader
+	data     []byte
+	r        *bytes.Reader // data, under d
+	skipped  int64         // bytes of data the fast path read past d (fastVersions)
+	fast     bool          // use the fast path
+	lim      MetadataLimits
 	depth    int
 	elements int
+	strs     arena // the versions' text
 }
 
 // ParseMetadata reads one document from r: at most max bytes (more:
-// ErrMetadataTooLarge). It streams through encoding/xml's Decoder in Strict mode
-// without entities: any DOCTYPE, ENTITY or other DTD directive is refused
-// (ErrDoctype), so there is no entity expansion at all (no billion laughs) and no
-// external entity; nesting deeper than MaxMetadataDepth and more than
-// MaxMetadataElements elements are refused too. Only UTF-8 documents are read.
+// ErrMetadataTooLarge), then parses it as ParseMetadataBytes does, with the default
+// element limit and no version limit beyond it.
+func ParseMetadata(r io.Reader, max int64) (*Metadata, error) {
+	data, err := io.ReadAll(&capReader{r: r, left: max})
+	switch {
+	case errors.Is(err, errTooLarge):
+		return nil, tooLarge("document larger than the limit")
+	case err != nil:
+		return nil, &MetadataError{reason: "reading the document failed", kind: ErrBadMetadata, cause: err}
+	}
+	return ParseMetadataBytes(data, MetadataLimits{Bytes: max})
+}
+
+// ParseMetadataBytes parses one document within lim; the result shares no memory
+// with data. It streams through encoding/xml's Decoder in Strict mode without
+// entities: any DOCTYPE, ENTITY or other DTD directive is refused (ErrDoctype), so
+// there is no entity expansion at all (no billion laughs) and no external entity;
+// nesting deeper than MaxMetadataDepth is refused too, and a document over any of
+// lim's bounds is ErrMetadataTooLarge. Only UTF-8 documents are read.
 //
 // The root must be <metadata> (in any namespace). As Maven's reader in its lenient
 // mode, it skips unknown elements and, for an element given twice, keeps the last.
@@ -160,12 +199,27 @@ type metaParser struct {
 // dropped; Marshal omits the same things, so a parsed document re-marshals and
 // re-parses to itself. Content after the root element other than comments, processing
 // instructions and white space is refused.
-func ParseMetadata(r io.Reader, max int64) (*Metadata, error) {
-	cr := &capReader{r: r, left: max}
-	d := xml.NewDecoder(cr)
+//
+// It keeps only what a merge uses, and the versions (most of a large document) in a
+// few large blocks: parsing costs about twice the document's size in allocations.
+func ParseMetadataBytes(data []byte, lim MetadataLimits) (*Metadata, error) {
+	return parseMetadata(data, lim, true)
+}
+
+// parseMetadata is ParseMetadataBytes; fast false leaves every element to the
+// decoder (the reference the fast path is tested against).
+func parseMetadata(data []byte, lim MetadataLimits, fast bool) (*Metadata, error) {
+	if int64(len(data)) > lim.Bytes {
+		return nil, tooLarge("document larger than the limit")
+	}
+	r := bytes.NewReader(data)
+	// A bytes.Reader is an io.ByteReader, so the decoder reads it byte by byte
+	// and holds nothing of its own beyond what it returned (fastVersions
+	// relies on it, and checks).
+	d := xml.NewDecoder(r)
 	d.Strict = true
 	d.CharsetReader = func(string, io.Reader) (io.Reader, error) { return nil, errCharset }
-	p := &metaParser{d: d, cr: cr}
+	p := &metaParser{d: d, data: data, r: r, fast: fast, lim: lim}
 	for {
 		tok, err := p.token()
 		if err == io.EOF {
@@ -201,6 +255,8 @@ func ParseMetadata(r io.Reader, max int64) (*Metadata, error) {
 	}
 }
 
+func tooLarge(reason string) error { return &MetadataError{reason: reason, kind: ErrMetadataTooLarge} }
+
 // token is Decoder.Token with the limits, DTDs refused and errors made safe.
 func (p *metaParser) token() (xml.Token, error) {
 	tok, err := p.d.Token()
@@ -209,13 +265,8 @@ func (p *metaParser) token() (xml.Token, error) {
 	}
 	switch tok.(type) {
 	case xml.StartElement:
-		p.depth++
-		p.elements++
-		if p.depth > MaxMetadataDepth {
-			return nil, badMetadata("elements nested deeper than " + strconv.Itoa(MaxMetadataDepth))
-		}
-		if p.elements > MaxMetadataElements {
-			return nil, badMetadata("more than " + strconv.Itoa(MaxMetadataElements) + " elements")
+		if err := p.open(); err != nil {
+			return nil, err
 		}
 	case xml.EndElement:
 		p.depth--
@@ -225,31 +276,47 @@ func (p *metaParser) token() (xml.Token, error) {
 	return tok, nil
 }
 
+// open counts an element that starts.
+func (p *metaParser) open() error {
+	p.depth++
+	p.elements++
+	if p.depth > MaxMetadataDepth {
+		return badMetadata("elements nested deeper than " + strconv.Itoa(MaxMetadataDepth))
+	}
+	if max := p.lim.elements(); p.elements > max {
+		return tooLarge("more than " + strconv.Itoa(max) + " elements")
+	}
+	return nil
+}
+
+// offset is where the next token starts in data.
+func (p *metaParser) offset() int64 { return p.d.InputOffset() + p.skipped }
+
 // fail turns a Decoder error into a *MetadataError; io.EOF stays io.EOF (the caller
 // decides whether the end was expected).
 func (p *metaParser) fail(err error) error {
 	switch {
 	case err == io.EOF:
 		return io.EOF
-	case errors.Is(err, errTooLarge):
-		return &MetadataError{reason: "document larger than the limit", kind: ErrMetadataTooLarge}
-	case p.cr.err != nil && errors.Is(err, p.cr.err):
-		return &MetadataError{reason: "reading the document failed", kind: ErrBadMetadata, cause: err}
 	case errors.Is(err, errCharset):
 		return badMetadata("encoding other than UTF-8")
 	}
 	// A *xml.SyntaxError's message quotes the document (element names, characters):
 	// keep only the line.
-	line, _ := p.d.InputPos()
-	return badMetadata("not well-formed XML (line " + strconv.Itoa(line) + ")")
+	return badMetadata("not well-formed XML (line " + strconv.Itoa(p.line()) + ")")
+}
+
+// line is the line the decoder has read to (the decoder's own count does not see
+// what fastVersions read).
+func (p *metaParser) line() int {
+	return 1 + bytes.Count(p.data[:min(p.offset(), int64(len(p.data)))], []byte{'\n'})
 }
 
 // next is token for the inside of an element: the end of the input is an error.
 func (p *metaParser) next() (xml.Token, error) {
 	tok, err := p.token()
 	if err == io.EOF {
-		line, _ := p.d.InputPos()
-		return nil, badMetadata("document ends inside an element (line " + strconv.Itoa(line) + ")")
+		return nil, badMetadata("document ends inside an element (line " + strconv.Itoa(p.line()) + ")")
 	}
 	return tok, err
 }
@@ -344,17 +411,7 @@ func (p *metaParser) versioning(v *Versioning) error {
 			v.Snapshot = &Snapshot{}
 			err = p.snapshot(v.Snapshot)
 		case "versions":
-			v.Versions = nil
-			err = p.children(func(name string) error {
-				if name != "version" {
-					return p.skip()
-				}
-				s, err := p.text("version")
-				if s != "" {
-					v.Versions = append(v.Versions, s)
-				}
-				return err
-			})
+			err = p.versions(v)
 		case "snapshotVersions":
 			v.SnapshotVersions = nil
 			err = p.children(func(name string) error {
@@ -369,6 +426,169 @@ func (p *metaParser) versioning(v *Versioning) error {
 		return err
 	})
 }
+
+// versions reads <versions>, whose start was just read.
+func (p *metaParser) versions(v *Versioning) error {
+	var list versionList
+	defer func() { v.Versions = list.strings() }()
+	// The fast path may run where the decoder is between elements with nothing
+	// pending: after this start tag, unless it closed itself (<versions/>: the
+	// decoder has its end to return), and after each child's end tag.
+	off := p.offset()
+	fast := p.fast && off >= 2 && string(p.data[off-2:off]) != "/>"
+	for {
+		if fast {
+			if err := p.fastVersions(&list); err != nil {
+				return err
+			}
+		}
+		tok, err := p.next()
+		if err != nil {
+			return err
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if t.Name.Local != "version" {
+				err = p.skip()
+			} else {
+				var s string
+				s, err = p.text("version")
+				if s != "" {
+					if cerr := p.addVersion(&list, s); cerr != nil {
+						return cerr
+					}
+				}
+			}
+			if err != nil {
+				return err
+			}
+			fast = p.fast
+		case xml.EndElement:
+			return nil
+		default:
+			fast = false
+		}
+	}
+}
+
+// addVersion appends a version to the list, within the limit.
+func (p *metaParser) addVersion(list *versionList, s string) error {
+	if max := p.lim.Versions; max > 0 && list.n >= max {
+		return tooLarge("more than " + strconv.Itoa(max) + " versions")
+	}
+	list.add(s)
+	return nil
+}
+
+// versionList gathers a list of versions in blocks, then makes one slice of the
+// right length: growing one slice as they come would allocate several times its
+// final size (a slice of many grows by a quarter at a time).
+type versionList struct {
+	blocks [][]string
+	n      int
+}
+
+const versionBlock = 1024
+
+func (l *versionList) add(s string) {
+	if len(l.blocks) == 0 || len(l.blocks[len(l.blocks)-1]) == versionBlock {
+		l.blocks = append(l.blocks, make([]string, 0, versionBlock))
+	}
+	b := &l.blocks[len(l.blocks)-1]
+	*b = append(*b, s)
+	l.n++
+}
+
+// strings is the list; nil when empty.
+func (l *versionList) strings() []string {
+	if l.n == 0 {
+		return nil
+	}
+	if len(l.blocks) == 1 {
+		return slices.Clip(l.blocks[0])
+	}
+	out := make([]string, 0, l.n)
+	for _, b := range l.blocks {
+		out = append(out, b...)
+	}
+	return out
+}
+
+var (
+	openVersion  = []byte("<version>")
+	closeVersion = []byte("</version>")
+)
+
+// plainText marks the bytes fastVersions takes as a version's text: printable
+// ASCII but markup ('<', '&', '>': "]]>" is not allowed in text), and the white
+// space that XML reads unchanged (a carriage return is normalised: it is left to
+// the decoder).
+var plainText = func() (t [256]bool) {
+	for c := ' '; c < 0x7f; c++ {
+		t[c] = c != '<' && c != '&' && c != '>'
+	}
+	t['\t'], t['\n'] = true, true
+	return t
+}()
+
+// fastVersions reads the <version> elements that come next straight from the
+// bytes, as long as they are in the plain form every writer uses:
+// <version>text</version>, the text printable ASCII, white space between. The
+// decoder would return a start, a text and an end token for each, several
+// allocations, for the elements that make most of a large document; this reads
+// them exactly as the decoder would (the same text, the same counts and limits)
+// and stores their text in a few large blocks. It stops at anything else (a
+// comment, an entity, another element, a byte outside that set) and hands the
+// rest back to the decoder, which reads on from there.
+//
+// It must only run where the decoder returned a whole tag and holds nothing back.
+// The decoder reads data byte by byte, so it holds a byte back exactly when the
+// reader is ahead of the decoder's offset (it peeked at the '<' that ends a text):
+// then this does nothing.
+func (p *metaParser) fastVersions(list *versionList) error {
+	off := p.offset()
+	if off != p.r.Size()-int64(p.r.Len()) {
+		return nil
+	}
+	data := p.data
+	i := int(off)
+	for {
+		j := i
+		for j < len(data) && isXMLSpace(data[j]) {
+			j++
+		}
+		if !bytes.HasPrefix(data[j:], openVersion) {
+			break
+		}
+		k := j + len(openVersion)
+		e := k
+		for e < len(data) && plainText[data[e]] {
+			e++
+		}
+		if !bytes.HasPrefix(data[e:], closeVersion) {
+			break
+		}
+		if err := p.open(); err != nil {
+			return err
+		}
+		p.depth--
+		if t := bytes.Trim(data[k:e], xmlSpace); len(t) > 0 {
+			if err := p.addVersion(list, p.strs.add(t)); err != nil {
+				return err
+			}
+		}
+		i = e + len(closeVersion)
+	}
+	if n := int64(i) - off; n > 0 {
+		p.r.Seek(int64(i), io.SeekStart)
+		p.skipped += n
+	}
+	return nil
+}
+
+const xmlSpace = " \t\r\n"
+
+func isXMLSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 func (p *metaParser) snapshot(s *Snapshot) error {
 	return p.children(func(name string) error {
@@ -466,8 +686,37 @@ func (p *metaParser) epilog() error {
 	}
 }
 
+// CheckPath returns nil when m may be the maven-metadata.xml at p (artifact or
+// group level: p.EntryRel() is a maven-metadata.xml), else ErrMetadataMisplaced:
+// its groupId or artifactId names other coordinates, and merging it would answer
+// for one artifact with the versions of another. The same path is read both ways
+// (g1/g2/maven-metadata.xml is the artifact g1:g2 and the group g1.g2), so m fits
+// when either reading agrees: groupId is the directory of the artifact, or the
+// whole directory for a group-level document, written with '.' for '/', and
+// artifactId the artifact's directory (a group-level document has none). A
+// value that is absent contradicts nothing: group-level documents often have
+// neither.
+func (m *Metadata) CheckPath(p Path) error {
+	dir := strings.TrimSuffix(strings.TrimSuffix(p.EntryRel(), MetadataFile), "/")
+	g, a := trimXML(m.GroupID), trimXML(m.ArtifactID)
+	gdir := strings.ReplaceAll(g, ".", "/")
+	if strings.Contains(g, "/") {
+		gdir = "/" // no directory: a groupId has no '/'
+	}
+	group, artifact, ok := cutLast(dir)
+	switch {
+	case ok && (g == "" || gdir == group) && (a == "" || a == artifact): // artifact level
+		return nil
+	case a == "" && (g == "" || gdir == dir): // group level
+		return nil
+	case a != "" && (!ok || a != artifact):
+		return &MetadataError{reason: "artifactId differs from the path", kind: ErrMetadataMisplaced}
+	}
+	return &MetadataError{reason: "groupId differs from the path", kind: ErrMetadataMisplaced}
+}
+
 // trimXML trims XML white space (and only that, unlike strings.TrimSpace).
-func trimXML(s string) string { return strings.Trim(s, " \t\r\n") }
+func trimXML(s string) string { return strings.Trim(s, xmlSpace) }
 
 // normalize drops what Marshal would not write, so that Parse(Marshal(m)) is m.
 func (m *Metadata) normalize() {
@@ -484,367 +733,4 @@ func (m *Metadata) normalize() {
 func (v *Versioning) empty() bool {
 	return v.Latest == "" && v.Release == "" && len(v.Versions) == 0 && v.LastUpdated == "" &&
 		v.Snapshot == nil && len(v.SnapshotVersions) == 0
-}
-
-// MergeMetadata merges documents given in upstream position order (nil entries: that
-// upstream has none, skip). keep, when non-nil, is asked whether docs[i] may
-// contribute a version (i = the index in docs); a refused version is dropped from
-// what docs[i] contributes, also as its latest or release. keep is called at most
-// once per distinct (i, version): for each version docs[i] lists and for its latest
-// and release when they are candidates. Returns nil when every entry is nil. The
-// inputs are not modified and share no memory with the result.
-//
-// Rules, and why:
-//   - versions: the union, ordered by CompareVersions ascending (Maven's order, which
-//     clients use for ranges). Duplicates are by exact string. Two different spellings
-//     that Maven holds equal ("1.0" and "1.0.0") from different upstreams keep the
-//     first upstream's spelling only: a client cannot tell them apart by order, and
-//     the first upstream is the one the registry answers from first; spellings that
-//     one upstream lists side by side both stay (they are two directories there).
-//   - lastUpdated: the newest. The values are fixed-width yyyyMMddHHmmss, so they are
-//     compared as strings once validated; an invalid one counts as absent.
-//   - latest and release: from the document with the newest valid lastUpdated that
-//     names one (ties, and documents without a valid lastUpdated after all others:
-//     position order), skipping a value keep refused. That is Maven's own merge rule
-//     (the newer document's latest/release win). When no document names one: the
-//     highest version of the union (release: the highest that is not a snapshot,
-//     IsSnapshot); empty when the union is empty.
-//   - plugins: the union by prefix, the first upstream winning a conflict (as Maven's
-//     merge keeps the plugin it had), ordered by prefix for deterministic output.
-//   - groupId, artifactId, version, modelVersion, snapshot, snapshotVersions: from the
-//     first document that has them. keep does not apply to snapshotVersions: their
-//     values are timestamped builds of the document's own version.
-//
-// Versions, latest and release are trimmed of XML white space, and empty ones
-// ignored, as ParseMetadata would have done.
-func MergeMetadata(docs []*Metadata, keep func(i int, version string) bool) *Metadata {
-	out := &Metadata{}
-	found := false
-	total := 0
-	for _, d := range docs {
-		if d != nil && d.Versioning != nil {
-			total += len(d.Versioning.Versions)
-		}
-	}
-
-	type keepKey struct {
-		i int
-		v string
-	}
-	var asked map[keepKey]bool
-	kept := func(i int, v string) bool {
-		if keep == nil {
-			return true
-		}
-		k := keepKey{i, v}
-		ok, done := asked[k]
-		if !done {
-			if asked == nil {
-				asked = make(map[keepKey]bool, total)
-			}
-			ok = keep(i, v)
-			asked[k] = ok
-		}
-		return ok
-	}
-
-	type entry struct {
-		v string
-		p version
-	}
-	var (
-		union      = make([]entry, 0, total)
-		inUnion    = make(map[string]bool, total)
-		keyOwner   = make(map[string]int, total) // versionKey -> the document that contributed it first
-		versioning *Versioning
-		withVers   []int // documents with a <versioning>, in position order
-		plugins    []Plugin
-		prefixes   = make(map[string]bool)
-	)
-	for i, d := range docs {
-		if d == nil {
-			continue
-		}
-		found = true
-		firstNonEmpty(&out.ModelVersion, d.ModelVersion)
-		firstNonEmpty(&out.GroupID, d.GroupID)
-		firstNonEmpty(&out.ArtifactID, d.ArtifactID)
-		firstNonEmpty(&out.Version, d.Version)
-		for _, pl := range d.Plugins {
-			if pl != (Plugin{}) && !prefixes[pl.Prefix] {
-				prefixes[pl.Prefix] = true
-				plugins = append(plugins, pl)
-			}
-		}
-		v := d.Versioning
-		if v == nil {
-			continue
-		}
-		withVers = append(withVers, i)
-		if versioning == nil {
-			versioning = &Versioning{}
-		}
-		for _, s := range v.Versions {
-			s = trimXML(s)
-			if s == "" || !kept(i, s) || inUnion[s] {
-				continue
-			}
-			p := parseVersion(s)
-			k := versionKey(&p)
-			if owner, ok := keyOwner[k]; ok && owner != i {
-				continue // an earlier upstream has this version, spelt differently
-			}
-			keyOwner[k] = i
-			inUnion[s] = true
-			union = append(union, entry{s, p})
-		}
-		if lu := v.LastUpdated; validLastUpdated(lu) && lu > versioning.LastUpdated {
-			versioning.LastUpdated = lu
-		}
-		if versioning.Snapshot == nil && v.Snapshot != nil && *v.Snapshot != (Snapshot{}) {
-			s := *v.Snapshot
-			versioning.Snapshot = &s
-		}
-		if versioning.SnapshotVersions == nil && len(v.SnapshotVersions) > 0 {
-			versioning.SnapshotVersions = slices.Clone(v.SnapshotVersions)
-		}
-	}
-	if !found {
-		return nil
-	}
-
-	if len(plugins) > 0 {
-		slices.SortStableFunc(plugins, func(a, b Plugin) int { return strings.Compare(a.Prefix, b.Prefix) })
-		out.Plugins = plugins
-	}
-	if versioning == nil {
-		return out
-	}
-
-	slices.SortStableFunc(union, func(a, b entry) int { return compareParsed(&a.p, &b.p) })
-	if len(union) > 0 {
-		versioning.Versions = make([]string, len(union))
-		for j, e := range union {
-			versioning.Versions[j] = e.v
-		}
-	}
-
-	// The documents by newest valid lastUpdated, ties and the undated in position order.
-	slices.SortStableFunc(withVers, func(a, b int) int {
-		return -strings.Compare(validOrEmpty(docs[a].Versioning.LastUpdated), validOrEmpty(docs[b].Versioning.LastUpdated))
-	})
-	pick := func(field func(*Versioning) string) string {
-		for _, i := range withVers {
-			if s := trimXML(field(docs[i].Versioning)); s != "" && kept(i, s) {
-				return s
-			}
-		}
-		return ""
-	}
-	versioning.Latest = pick(func(v *Versioning) string { return v.Latest })
-	versioning.Release = pick(func(v *Versioning) string { return v.Release })
-	if versioning.Latest == "" && len(union) > 0 {
-		versioning.Latest = union[len(union)-1].v
-	}
-	if versioning.Release == "" {
-		for j := len(union) - 1; j >= 0; j-- {
-			if !IsSnapshot(union[j].v) {
-				versioning.Release = union[j].v
-				break
-			}
-		}
-	}
-	if !versioning.empty() {
-		out.Versioning = versioning
-	}
-	return out
-}
-
-func firstNonEmpty(dst *string, s string) {
-	if *dst == "" {
-		*dst = s
-	}
-}
-
-// validLastUpdated reports whether s is a yyyyMMddHHmmss timestamp of a real instant.
-func validLastUpdated(s string) bool {
-	if len(s) != 14 || !allASCIIDigits(s) {
-		return false
-	}
-	_, err := time.Parse("20060102150405", s)
-	return err == nil
-}
-
-func validOrEmpty(s string) string {
-	if validLastUpdated(s) {
-		return s
-	}
-	return ""
-}
-
-// Marshal renders m deterministically, in the layout of Maven's MetadataXpp3Writer:
-// the XML declaration, <metadata> with a modelVersion attribute only when set,
-// elements in Maven's order (groupId, artifactId, version, versioning{latest,
-// release, snapshot, versions, lastUpdated, snapshotVersions}, plugins), two-space
-// indent, "\n" line ends and a final newline. Values are trimmed of XML white space
-// and escaped; a character XML cannot carry becomes U+FFFD. Empty values, a zero
-// buildNumber, a false localCopy and structures left empty are omitted.
-func (m *Metadata) Marshal() []byte {
-	var w xmlWriter
-	w.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
-	w.WriteString("<metadata")
-	if mv := trimXML(m.ModelVersion); mv != "" {
-		w.WriteString(` modelVersion="`)
-		w.escape(mv, true)
-		w.WriteByte('"')
-	}
-	body := w.Len()
-	w.WriteString(">\n")
-	w.elem(1, "groupId", m.GroupID)
-	w.elem(1, "artifactId", m.ArtifactID)
-	w.elem(1, "version", m.Version)
-	if v := m.Versioning; v != nil {
-		w.versioning(v)
-	}
-	w.list(1, "plugins", len(m.Plugins), func(i int) {
-		pl := m.Plugins[i]
-		w.group(2, "plugin", func() {
-			w.elem(3, "name", pl.Name)
-			w.elem(3, "prefix", pl.Prefix)
-			w.elem(3, "artifactId", pl.ArtifactID)
-		})
-	})
-	if w.Len() == body+2 { // nothing inside: <metadata/>
-		w.Truncate(body)
-		w.WriteString("/>\n")
-		return w.Bytes()
-	}
-	w.WriteString("</metadata>\n")
-	return w.Bytes()
-}
-
-type xmlWriter struct{ bytes.Buffer }
-
-func (w *xmlWriter) versioning(v *Versioning) {
-	w.group(1, "versioning", func() {
-		w.elem(2, "latest", v.Latest)
-		w.elem(2, "release", v.Release)
-		if s := v.Snapshot; s != nil {
-			w.group(2, "snapshot", func() {
-				w.elem(3, "timestamp", s.Timestamp)
-				if s.BuildNumber != 0 {
-					w.elem(3, "buildNumber", strconv.Itoa(s.BuildNumber))
-				}
-				if s.LocalCopy {
-					w.elem(3, "localCopy", "true")
-				}
-			})
-		}
-		w.list(2, "versions", len(v.Versions), func(i int) { w.elem(3, "version", v.Versions[i]) })
-		w.elem(2, "lastUpdated", v.LastUpdated)
-		w.list(2, "snapshotVersions", len(v.SnapshotVersions), func(i int) {
-			sv := v.SnapshotVersions[i]
-			w.group(3, "snapshotVersion", func() {
-				w.elem(4, "classifier", sv.Classifier)
-				w.elem(4, "extension", sv.Extension)
-				w.elem(4, "value", sv.Value)
-				w.elem(4, "updated", sv.Updated)
-			})
-		})
-	})
-}
-
-func (w *xmlWriter) indent(depth int) {
-	for ; depth > 0; depth-- {
-		w.WriteString("  ")
-	}
-}
-
-// elem writes <name>value</name> on its own line, or nothing when value trims to "".
-func (w *xmlWriter) elem(depth int, name, value string) {
-	value = trimXML(value)
-	if value == "" {
-		return
-	}
-	w.indent(depth)
-	w.open(name)
-	w.escape(value, false)
-	w.WriteString("</")
-	w.WriteString(name)
-	w.WriteString(">\n")
-}
-
-// group writes <name>, what body writes, </name>; nothing when body writes nothing.
-func (w *xmlWriter) group(depth int, name string, body func()) {
-	start := w.Len()
-	w.indent(depth)
-	w.open(name)
-	w.WriteByte('\n')
-	inner := w.Len()
-	body()
-	if w.Len() == inner {
-		w.Truncate(start)
-		return
-	}
-	w.indent(depth)
-	w.WriteString("</")
-	w.WriteString(name)
-	w.WriteString(">\n")
-}
-
-func (w *xmlWriter) open(name string) {
-	w.WriteByte('<')
-	w.WriteString(name)
-	w.WriteByte('>')
-}
-
-// list is group over n items.
-func (w *xmlWriter) list(depth int, name string, n int, item func(i int)) {
-	if n == 0 {
-		return
-	}
-	w.group(depth, name, func() {
-		for i := 0; i < n; i++ {
-			item(i)
-		}
-	})
-}
-
-// escape writes s as XML character data (attr: as an attribute value). Carriage
-// returns, and in attributes tabs and newlines, are written as references so that a
-// parser's line-end and attribute normalisation gives them back unchanged.
-func (w *xmlWriter) escape(s string, attr bool) {
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			w.WriteRune('\uFFFD')
-			i++
-			continue
-		}
-		i += n
-		switch {
-		case r == '&':
-			w.WriteString("&amp;")
-		case r == '<':
-			w.WriteString("&lt;")
-		case r == '>':
-			w.WriteString("&gt;")
-		case r == '"' && attr:
-			w.WriteString("&quot;")
-		case r == '\r':
-			w.WriteString("&#13;")
-		case (r == '\n' || r == '\t') && attr:
-			w.WriteString("&#" + strconv.Itoa(int(r)) + ";")
-		case !xmlChar(r):
-			w.WriteRune('\uFFFD')
-		default:
-			w.WriteRune(r)
-		}
-	}
-}
-
-// xmlChar is XML 1.0's Char production.
-func xmlChar(r rune) bool {
-	return r == 0x09 || r == 0x0A || r == 0x0D ||
-		r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF
 }

@@ -579,3 +579,164 @@ func benchDocs(n, per int) []*Metadata {
 	}
 	return docs
 }
+
+// FuzzParseMetadataFast: the fast path for plain <version> elements reads every
+// document exactly as the decoder alone does: the same Metadata, or the same error,
+// under the same limits.
+func FuzzParseMetadataFast(f *testing.F) {
+	dirs, _ := filepath.Glob("testdata/metadata/*/*.xml")
+	for _, p := range dirs {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(data, uint16(0), uint16(0))
+		}
+	}
+	for _, doc := range []string{
+		"<metadata><versioning><versions>\n  <version>1</version>\n  <version> 2 </version><!-- c --><version>3</version>\r\n<version>4</version></versions></versioning></metadata>",
+		"<metadata><versioning><versions><version>1&amp;2</version><version><![CDATA[3]]></version><version>4\r</version><version>5\n6</version></versions></versioning></metadata>",
+		"<metadata><versioning><versions/><versions><version/><version></version><version>  </version><x><version>9</version></x><version>7</version ><version>8</version></versions></versioning></metadata>",
+		"<metadata><versioning><versions><version>1</version><version>2</versions></versioning></metadata>",
+		"<metadata><versioning><versions><version>1</version><version>\xff</version><version>3</version></versions></versioning></metadata>",
+		"<metadata><versioning><versions><version>1</version><version>2</version></version></versions></versioning></metadata>",
+		"<m:metadata xmlns:m='x'><m:versioning><m:versions><m:version>1</m:version><version>2</version></m:versions></m:versioning></m:metadata>",
+		"<metadata><versioning><versions><version>a]]b</version><version>x>y</version><version>\t1\t</version></versions></versioning></metadata>\n<!-- end -->",
+		"<metadata><versioning><versions>text<version>1</version>more<version>2</version></versions></versioning></metadata>",
+		"<metadata><versioning><versions><version>1</version>",
+	} {
+		f.Add([]byte(doc), uint16(0), uint16(0))
+		f.Add([]byte(doc), uint16(3), uint16(12))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, versions, elements uint16) {
+		lim := MetadataLimits{Bytes: 1 << 16, Versions: int(versions), Elements: int(elements)}
+		fast, ferr := parseMetadata(data, lim, true)
+		slow, serr := parseMetadata(data, lim, false)
+		if (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() {
+			t.Fatalf("fast path: %v; decoder alone: %v", ferr, serr)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast path:\n%+v\ndecoder alone:\n%+v", fast, slow)
+		}
+	})
+}
+
+// TestParseMetadataLimits: a document over a limit of MetadataLimits is refused as
+// too large, naming the bound; one at the limit is read. Versions in the plain form
+// (the fast path) and in a form only the decoder reads count alike.
+func TestParseMetadataLimits(t *testing.T) {
+	doc := func(n int, plain bool) []byte {
+		var b strings.Builder
+		b.WriteString("<metadata><versioning><versions>\n")
+		for i := 0; i < n; i++ {
+			if plain {
+				fmt.Fprintf(&b, "  <version>1.%d</version>\n", i)
+			} else {
+				fmt.Fprintf(&b, "  <version>1.<!-- -->%d</version>\n", i)
+			}
+		}
+		b.WriteString("</versions></versioning></metadata>\n")
+		return []byte(b.String())
+	}
+	for _, plain := range []bool{true, false} {
+		at := doc(100, plain)
+		over := doc(101, plain)
+		for _, c := range []struct {
+			name   string
+			data   []byte
+			lim    MetadataLimits
+			reason string // "" when it must parse
+		}{
+			{"versions at the limit", at, MetadataLimits{Bytes: 1 << 20, Versions: 100}, ""},
+			{"versions over", over, MetadataLimits{Bytes: 1 << 20, Versions: 100}, "more than 100 versions"},
+			{"elements at the limit", at, MetadataLimits{Bytes: 1 << 20, Elements: 103}, ""},
+			{"elements over", over, MetadataLimits{Bytes: 1 << 20, Elements: 103}, "more than 103 elements"},
+			{"bytes at the limit", at, MetadataLimits{Bytes: int64(len(at))}, ""},
+			{"bytes over", at, MetadataLimits{Bytes: int64(len(at)) - 1}, "document larger than the limit"},
+		} {
+			t.Run(fmt.Sprintf("%s plain=%v", c.name, plain), func(t *testing.T) {
+				m, err := ParseMetadataBytes(c.data, c.lim)
+				if c.reason == "" {
+					if err != nil || len(m.Versioning.Versions) != 100 {
+						t.Fatalf("got %v", err)
+					}
+					return
+				}
+				var me *MetadataError
+				if !errors.Is(err, ErrMetadataTooLarge) || !errors.As(err, &me) || me.Reason() != c.reason {
+					t.Fatalf("got %v, want ErrMetadataTooLarge %q", err, c.reason)
+				}
+			})
+		}
+	}
+}
+
+// TestMarshalLimited: a merged document is rendered only within its limits.
+func TestMarshalLimited(t *testing.T) {
+	m := MergeMetadata(benchDocs(2, 50), nil) // 75 versions
+	want := m.Marshal()
+	for _, c := range []struct {
+		name   string
+		lim    MetadataLimits
+		reason string
+	}{
+		{"within", MetadataLimits{Bytes: int64(len(want)), Versions: 75, Elements: 90}, ""},
+		{"versions", MetadataLimits{Bytes: 1 << 20, Versions: 74}, "more than 74 versions"},
+		{"elements", MetadataLimits{Bytes: 1 << 20, Elements: 80}, "more than 80 elements"},
+		{"bytes", MetadataLimits{Bytes: int64(len(want)) - 1}, "document larger than the limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := m.MarshalLimited(c.lim)
+			if c.reason == "" {
+				if err != nil || !bytes.Equal(out, want) {
+					t.Fatalf("got %v", err)
+				}
+				return
+			}
+			var me *MetadataError
+			if out != nil || !errors.Is(err, ErrMetadataTooLarge) || !errors.As(err, &me) || me.Reason() != c.reason {
+				t.Fatalf("got %d bytes, %v; want ErrMetadataTooLarge %q", len(out), err, c.reason)
+			}
+		})
+	}
+}
+
+// TestMetadataCheckPath: a document fits its path when its groupId and artifactId
+// (those it has) agree with either reading of the path; otherwise it is misplaced,
+// with a reason that quotes nothing of the document.
+func TestMetadataCheckPath(t *testing.T) {
+	for _, c := range []struct {
+		path, group, artifact string
+		reason                string // "" when it fits
+	}{
+		{"org/example/lib/maven-metadata.xml", "org.example", "lib", ""},
+		{"org/example/lib/maven-metadata.xml", " org.example\n", "lib ", ""},
+		{"org/example/lib/maven-metadata.xml", "", "", ""},
+		{"org/example/lib/maven-metadata.xml", "org.example", "", ""},
+		{"org/example/lib/maven-metadata.xml", "", "lib", ""},
+		{"org/example/lib/maven-metadata.xml", "org.example.lib", "", ""}, // the group org.example.lib
+		{"org/apache/maven/plugins/maven-metadata.xml", "org.apache.maven.plugins", "", ""},
+		{"junit/maven-metadata.xml", "junit", "", ""},
+		{"maven-metadata.xml", "", "", ""},
+		{"org/example/lib/maven-metadata.xml.sha1", "org.example", "lib", ""},
+		{"org/example/lib/maven-metadata.xml", "org.example", "other", "artifactId differs from the path"},
+		{"org/example/lib/maven-metadata.xml", "org.other", "lib", "groupId differs from the path"},
+		{"org/example/lib/maven-metadata.xml", "org.other", "", "groupId differs from the path"},
+		{"org/example/lib/maven-metadata.xml", "org.example.lib", "lib", "groupId differs from the path"},
+		{"org/example/lib/maven-metadata.xml", "org/example", "lib", "groupId differs from the path"},
+		{"org/example/lib/maven-metadata.xml", "ORG.EXAMPLE", "lib", "groupId differs from the path"},
+		{"junit/maven-metadata.xml", "junit", "junit", "artifactId differs from the path"},
+		{"junit/maven-metadata.xml", "other", "", "groupId differs from the path"},
+		{"maven-metadata.xml", "org.example", "", "groupId differs from the path"},
+	} {
+		p, err := Parse(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = (&Metadata{GroupID: c.group, ArtifactID: c.artifact}).CheckPath(p)
+		var me *MetadataError
+		switch {
+		case c.reason == "" && err != nil:
+			t.Errorf("%s with %q:%q: %v", c.path, c.group, c.artifact, err)
+		case c.reason != "" && (!errors.Is(err, ErrMetadataMisplaced) || !errors.Is(err, ErrBadMetadata) || !errors.As(err, &me) || me.Reason() != c.reason):
+			t.Errorf("%s with %q:%q: %v, want ErrMetadataMisplaced %q", c.path, c.group, c.artifact, err, c.reason)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package maven
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -55,8 +56,9 @@ func CompareVersions(a, b string) int {
 	if a == b {
 		return 0
 	}
-	va, vb := parseVersion(a), parseVersion(b)
-	return compareParsed(&va, &vb)
+	var vp versionParser
+	ka := vp.appendKey(nil, a)
+	return compareKeys(string(ka), string(vp.appendKey(nil, b)))
 }
 
 // IsSnapshot reports whether v is a snapshot version as Maven's
@@ -170,63 +172,115 @@ func compareScalarNull(a scalar) int {
 	return cmpInt(int(a.rank), rankRelease) // 1-rc < 1, 1-sp > 1
 }
 
-// compareListNull is ListItem.compareTo(null) for the list at level k of v: the first
-// item that does not compare equal to null decides (MNG-6964), sub-lists included.
-func compareListNull(v *version, k int) int {
-	for ; k < len(v.levels); k++ {
-		for _, s := range v.levels[k] {
-			if r := compareScalarNull(s); r != 0 {
-				return r
-			}
-		}
-	}
-	return 0
-}
-
-// compareParsed is ListItem.compareTo(ListItem) for the top lists of a and b. A
-// sub-list is always the last item of its list, so comparing two sub-lists is a tail
-// call: the loop moves both sides one level down instead of recursing.
-func compareParsed(a, b *version) int {
-	for ka, kb := 0, 0; ; ka, kb = ka+1, kb+1 {
-		la, lb := a.levels[ka], b.levels[kb]
-		subA, subB := ka+1 < len(a.levels), kb+1 < len(b.levels)
-		n := max(len(la), len(lb))
-		for i := 0; i < n; i++ {
+// compareKeys is ListItem.compareTo(ListItem) for the top lists of two versions
+// given by their keys (versionKey): it walks both encodings item by item, so that a
+// merge keeps one compact key per version rather than its parsed lists. A sub-list
+// is always the last item of its list, so comparing two sub-lists is a tail call:
+// the loop moves both sides one level down instead of recursing.
+func compareKeys(a, b string) int {
+	ca, cb := keyCursor{k: a}, keyCursor{k: b}
+	for {
+		// The items of this level, side by side; past its last item a list
+		// has its sub-list (if any) at the next position, then nulls.
+		for {
+			sa, okA := ca.next()
+			sb, okB := cb.next()
 			var r int
 			switch {
-			case i < len(la) && i < len(lb):
-				r = compareScalars(la[i], lb[i])
-			case i < len(la): // b's item is its sub-list, or null
-				if i == len(lb) && subB {
-					r = scalarVsList(la[i])
-				} else {
-					r = compareScalarNull(la[i])
+			case okA && okB:
+				r = compareScalars(sa, sb)
+			case okA: // b's item is its sub-list, or null
+				if cb.sub() {
+					return scalarVsList(sa)
 				}
-			default: // a's item is its sub-list, or null
-				if i == len(la) && subA {
-					r = -scalarVsList(lb[i])
-				} else {
-					r = -compareScalarNull(lb[i])
+				r = compareScalarNull(sa)
+			case okB: // a's item is its sub-list, or null
+				if ca.sub() {
+					return -scalarVsList(sb)
 				}
+				r = -compareScalarNull(sb)
 			}
 			if r != 0 {
 				return r
 			}
+			if !okA && !okB {
+				break
+			}
 		}
-		// Both lists are past their scalars: the next items are the sub-lists.
+		// Both lists are past their scalars. A sub-list met a scalar above
+		// unless both lists were the same length: the sub-lists come next.
+		subA, subB := ca.sub(), cb.sub()
 		switch {
-		case len(la) == len(lb) && subA && subB:
-			continue // sub-list against sub-list
-		case len(la) == len(lb) && subA:
-			return compareListNull(a, ka+1)
-		case len(la) == len(lb) && subB:
-			return -compareListNull(b, kb+1)
-		case len(la) > len(lb) && subA: // a's sub-list against null (b's sub-list, if any, was met above)
-			return compareListNull(a, ka+1)
-		case len(lb) > len(la) && subB:
-			return -compareListNull(b, kb+1)
+		case subA && subB:
+			ca.down()
+			cb.down()
+			continue
+		case subA:
+			ca.down()
+			return ca.compareNull()
+		case subB:
+			cb.down()
+			return -cb.compareNull()
 		}
 		return 0
+	}
+}
+
+// keyCursor reads a versionKey item by item.
+type keyCursor struct {
+	k string
+	p int
+}
+
+// next returns the next item of the current level; false at the level's end.
+func (c *keyCursor) next() (scalar, bool) {
+	k, p := c.k, c.p
+	if p >= len(k) || k[p] == '[' {
+		return scalar{}, false
+	}
+	s := scalar{kind: itemString}
+	if k[p] == 'i' {
+		s.kind, s.class = itemInt, k[p+1]-'0'
+	} else {
+		s.rank = k[p+1] - '0'
+	}
+	p += 2
+	n := 0
+	for shift := 0; ; shift += 7 {
+		b := k[p]
+		p++
+		n |= int(b&0x7f) << shift
+		if b < 0x80 {
+			break
+		}
+	}
+	s.text = k[p : p+n]
+	c.p = p + n
+	return s, true
+}
+
+// sub reports whether a sub-list follows the current level's last item.
+func (c *keyCursor) sub() bool { return c.p < len(c.k) && c.k[c.p] == '[' }
+
+// down enters the sub-list.
+func (c *keyCursor) down() { c.p++ }
+
+// compareNull is ListItem.compareTo(null) for the list the cursor is in (its
+// sub-lists included): the first item that does not compare equal to null
+// decides (MNG-6964).
+func (c *keyCursor) compareNull() int {
+	for {
+		s, ok := c.next()
+		if !ok {
+			if !c.sub() {
+				return 0
+			}
+			c.down()
+			continue
+		}
+		if r := compareScalarNull(s); r != 0 {
+			return r
+		}
 	}
 }
 
@@ -276,14 +330,29 @@ func utf16Unit(r, other rune) int {
 
 // parseVersion is ComparableVersion.parseVersion followed by normalisation.
 func parseVersion(v string) version {
+	var vp versionParser
+	return vp.parse(v)
+}
+
+// versionParser parses versions into two arrays it reuses from one version to the
+// next: a merge of many versions parses each to its key without allocating (but
+// for lower-casing one that has upper-case letters).
+type versionParser struct {
+	buf    []scalar
+	levels [][]scalar
+}
+
+// parse is parseVersion; the version it returns is valid until the next parse.
+func (vp *versionParser) parse(v string) version {
 	s := javaLower(v)
-	// Two allocations: every item goes into one backing array, in order, and each level
-	// is a window of it (only the deepest level ever grows, at the array's end). Were
-	// countItems' bound wrong, append would move buf, and the finished levels would
-	// still be right where they are.
+	// Every item goes into one backing array, in order, and each level is a window of
+	// it (only the deepest level ever grows, at the array's end). Were countItems'
+	// bound wrong, append would move buf, and the finished levels would still be
+	// right where they are.
 	nItems, nLevels := countItems(s)
-	buf := make([]scalar, 0, nItems)
-	p := version{levels: make([][]scalar, 1, nLevels)}
+	buf := slices.Grow(vp.buf[:0], nItems)
+	p := version{levels: append(slices.Grow(vp.levels[:0], nLevels), nil)}
+	defer func() { vp.buf, vp.levels = buf[:0], p.levels[:0] }()
 	cur, curStart := 0, 0
 	add := func(it scalar) {
 		buf = append(buf, it)
@@ -507,16 +576,20 @@ func javaLower(s string) string {
 }
 
 // versionKey is a string equal for two versions exactly when CompareVersions says they
-// are equal: the normalised item lists, encoded without ambiguity.
-func versionKey(p *version) string {
-	n := 0
-	for _, l := range p.levels {
-		n++
-		for _, s := range l {
-			n += len(s.text) + 4
-		}
-	}
-	b := make([]byte, 0, n)
+// are equal: the normalised item lists, encoded without ambiguity, which compareKeys
+// orders as Maven does. Each level after the first starts with '['; an integer item
+// is 'i', its size class, its length and its digits; a string item 's', its rank,
+// its length and its text (the rank is a function of the text: it is there so that
+// comparing keys needs no lookup).
+func versionKey(p *version) string { return string(appendVersionKey(nil, p)) }
+
+// appendKey appends the key of version v to dst.
+func (vp *versionParser) appendKey(dst []byte, v string) []byte {
+	p := vp.parse(v)
+	return appendVersionKey(dst, &p)
+}
+
+func appendVersionKey(b []byte, p *version) []byte {
 	for k, l := range p.levels {
 		if k > 0 {
 			b = append(b, '[')
@@ -525,13 +598,13 @@ func versionKey(p *version) string {
 			if s.kind == itemInt {
 				b = append(b, 'i', '0'+s.class)
 			} else {
-				b = append(b, 's')
+				b = append(b, 's', '0'+s.rank)
 			}
 			b = appendLen(b, len(s.text))
 			b = append(b, s.text...)
 		}
 	}
-	return string(b)
+	return b
 }
 
 func appendLen(b []byte, n int) []byte {

@@ -335,6 +335,7 @@ func mutateVersion(r *rand.Rand, v string) string {
 }
 
 // FuzzCompareVersions: never panics, antisymmetric, equal exactly when the keys are,
+// the same as the reference comparison of the parsed lists (version_ref_test.go),
 // and a sort of the three is consistent with pairwise comparisons when Maven's
 // relation is transitive on them (it is not always: see TestVersionMavenQuirks).
 func FuzzCompareVersions(f *testing.F) {
@@ -358,6 +359,9 @@ func FuzzCompareVersions(f *testing.F) {
 				px, py := parseVersion(x), parseVersion(y)
 				if (xy == 0) != (versionKey(&px) == versionKey(&py)) {
 					t.Fatalf("cmp(%q, %q) = %d but keys equal = %v", x, y, xy, versionKey(&px) == versionKey(&py))
+				}
+				if ref := sign(refCompareParsed(&px, &py)); xy != ref {
+					t.Fatalf("cmp(%q, %q) = %d, the reference says %d", x, y, xy, ref)
 				}
 			}
 		}
@@ -427,6 +431,31 @@ func checkTransitive(t *testing.T, vs []string) {
 				if ab <= 0 && bc <= 0 && ac > 0 || ab == 0 && bc == 0 && ac != 0 {
 					t.Fatalf("not transitive: cmp(%q,%q)=%d cmp(%q,%q)=%d cmp(%q,%q)=%d", a, b, ab, b, c, bc, a, c, ac)
 				}
+			}
+		}
+	}
+}
+
+// TestVersionKeysAgree: compareKeys orders every pair of the generated versions
+// and of Maven's own test lists as the reference comparison of parsed lists does,
+// with one parser reused throughout (as a merge does).
+func TestVersionKeysAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	vs := slices.Concat(versionsQualifier, versionsNumber, []string{"", "-", "0-alpha", "x", "0", "1.\u0663", "\xff", "0000000000.1"})
+	for i := 0; i < 400; i++ {
+		vs = append(vs, genVersion(r), saneVersion(r))
+	}
+	var vp versionParser
+	keys := make([]string, len(vs))
+	for i, v := range vs {
+		keys[i] = string(vp.appendKey(nil, v))
+	}
+	for i, a := range vs {
+		pa := parseVersion(a)
+		for j, b := range vs {
+			pb := parseVersion(b)
+			if got, want := sign(compareKeys(keys[i], keys[j])), sign(refCompareParsed(&pa, &pb)); got != want {
+				t.Fatalf("compareKeys(%q, %q) = %d, the reference says %d", a, b, got, want)
 			}
 		}
 	}

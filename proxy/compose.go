@@ -322,12 +322,29 @@ func (s *Server) absentDoc(in *docInput, err error, meta bool, now time.Time) {
 // errDocTooLarge is an upstream document past metadata.max_document_bytes.
 var errDocTooLarge = &refusedError{label: refusedAnswer, reason: "document larger than metadata.max_document_bytes"}
 
+// fillLimit is the longest body a fill of rel takes, and its failure past
+// it: cache.max_file_bytes, and for the documents merges read (every
+// maven-metadata.xml and prefix file) metadata.max_document_bytes when
+// lower. A larger document is not downloaded past the limit nor stored:
+// its fill is refused as that upstream's answer (remembered a while, so it
+// is not fetched again meanwhile), whoever asked for it.
+func (s *Server) fillLimit(rel string) (int64, error) {
+	if max := int64(s.cfg.Metadata.MaxDocumentBytes); max < s.maxFile && (maven.IsMetadata(rel) || rel == maven.PrefixesFile) {
+		return max, errDocTooLarge
+	}
+	return s.maxFile, errTooLarge
+}
+
 // unaccounted stands in for the served-bytes counter of a flight read for a
 // merge: the merged answer counts what it serves.
 var unaccounted = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
 
-// flightDoc reads a streaming flight's whole body (the fill verifies it as
-// for any file) and waits for its entry.
+// flightDoc takes a streaming flight's document. A body on its way to the
+// cache is not read here: its entry is waited for and its blob read by the
+// merge, under metadata.max_merging_bytes (requests that gather the same
+// document at once would each hold a copy otherwise). A small body read
+// whole by the fill is shared as it is; only an uncached one (a full disk)
+// is read from the flight, the one way to have it.
 func (s *Server) flightDoc(in *docInput, f *flight) bool {
 	max := int64(s.cfg.Metadata.MaxDocumentBytes)
 	now := s.now()
@@ -335,6 +352,21 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 		f.release()
 		in.err = errDocTooLarge
 		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		return true
+	}
+	if f.mem == nil && !f.pass.live.Load() {
+		e, err := f.awaitResult()
+		if err != nil {
+			// Stored nothing: broke, refused, or went uncached halfway
+			// (errNotCached), past the point where it could be read.
+			in.err = err
+			in.until(now.Add(s.cfg.Metadata.PartialTTL))
+			return true
+		}
+		in.stored(e, s.blobs)
+		if up := in.up; up.metaValidity > 0 {
+			in.until(now.Add(up.metaValidity))
+		}
 		return true
 	}
 	var body []byte

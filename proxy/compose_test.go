@@ -18,10 +18,18 @@ import (
 	"registryd/store"
 )
 
-// metaXML is an artifact-level maven-metadata.xml as Maven writes it.
+// metaXML is libMeta as Maven writes it.
 func metaXML(lastUpdated, latest, release string, versions ...string) []byte {
+	return metaXMLAt(libMeta, lastUpdated, latest, release, versions...)
+}
+
+// metaXMLAt is the artifact-level maven-metadata.xml at path.
+func metaXMLAt(path, lastUpdated, latest, release string, versions ...string) []byte {
+	dir := strings.TrimSuffix(path, "/maven-metadata.xml")
+	i := strings.LastIndexByte(dir, '/')
 	var b strings.Builder
-	b.WriteString("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<metadata>\n  <groupId>org.example</groupId>\n  <artifactId>lib</artifactId>\n  <versioning>\n")
+	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<metadata>\n  <groupId>%s</groupId>\n  <artifactId>%s</artifactId>\n  <versioning>\n",
+		strings.ReplaceAll(dir[:i], "/", "."), dir[i+1:])
 	if latest != "" {
 		fmt.Fprintf(&b, "    <latest>%s</latest>\n", latest)
 	}
@@ -174,7 +182,7 @@ func TestPartialMerge(t *testing.T) {
 		"broken": "<metadata><versioning><versions><version>1",
 	} {
 		path := "org/example/" + name + "/maven-metadata.xml"
-		a.set(path, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
+		a.set(path, fakeFile{body: metaXMLAt(path, "20240101000000", "1.0", "1.0", "1.0")})
 		b.set(path, fakeFile{body: []byte(body), ctype: "application/xml"})
 		r := e.get(path).expect(t, 200)
 		if !strings.HasPrefix(r.header.Get("X-Registryd-Merge"), "partial") {
@@ -325,8 +333,8 @@ func TestRules(t *testing.T) {
 
 	// Version rules leave the upstream's merged metadata.
 	const meta = "com/internal/app/maven-metadata.xml"
-	a.set(meta, fakeFile{body: metaXML("20250101000000", "2.0-SNAPSHOT", "1.0", "1.0", "2.0-SNAPSHOT")})
-	b.set(meta, fakeFile{body: metaXML("20240101000000", "0.9", "0.9", "0.9")})
+	a.set(meta, fakeFile{body: metaXMLAt(meta, "20250101000000", "2.0-SNAPSHOT", "1.0", "1.0", "2.0-SNAPSHOT")})
+	b.set(meta, fakeFile{body: metaXMLAt(meta, "20240101000000", "0.9", "0.9", "0.9")})
 	if err := e.st.DeleteUpstreamRule(deny.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -410,10 +418,10 @@ func TestComposeReview(t *testing.T) {
 	// A malformed document: asked again once partial_ttl has passed, and
 	// merged once repaired.
 	const bad = "org/example/bad/maven-metadata.xml"
-	a.set(bad, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
+	a.set(bad, fakeFile{body: metaXMLAt(bad, "20240101000000", "1.0", "1.0", "1.0")})
 	b.set(bad, fakeFile{body: []byte("<metadata><versioning>"), ctype: "application/xml"})
 	e.get(bad).expect(t, 200)
-	b.set(bad, fakeFile{body: metaXML("20250101000000", "2.0", "2.0", "2.0")})
+	b.set(bad, fakeFile{body: metaXMLAt(bad, "20250101000000", "2.0", "2.0", "2.0")})
 	e.get(bad).expect(t, 200)
 	if n := b.calls(bad); n != 1 {
 		t.Fatalf("the malformed upstream was asked %d times within partial_ttl, want 1", n)

@@ -50,6 +50,10 @@ type composedView struct {
 	failures                  []upstreamFailure // every upstream without a document, and why
 	denied                    []denial          // the refusals to count again on every answer
 	res                       result            // how the inputs were got when built
+	// refused, when set, is the answer instead of a document: these inputs
+	// cannot be merged within the limits (kept like a document, so that
+	// asking again does not merge again).
+	refused *apiError
 }
 
 type contributor struct {
@@ -151,16 +155,60 @@ func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *compo
 	}
 	if prev != nil && prev.inputs == v.inputs {
 		// The same documents: the same bytes.
-		w := *prev
-		w.gen, w.expires, w.res, w.denied = gen, v.expires, v.res, v.denied
-		return &w, nil
+		return v.from(prev), nil
 	}
-	var err error
+	// Requests for the same answer out of the same documents at once (a
+	// herd after a new release changed a document) wait for one merge.
+	key := pendingKey{entryKey{x.reg.id, strings.Clone(x.path.EntryRel())}, v.inputs}
+	p, lead := s.composed.pending(key)
+	if !lead {
+		<-p.done
+		if p.err != nil {
+			return nil, p.err
+		}
+		return v.from(p.v), nil
+	}
+	defer func() { s.composed.settle(key, p) }()
+	p.v, p.err = s.build(x, k, ins, v, now)
+	return p.v, p.err
+}
+
+// from is the answer built before out of the same documents, for v's
+// generation, expiry and request.
+func (v *composedView) from(built *composedView) *composedView {
+	w := *built
+	w.gen, w.expires, w.res, w.denied = v.gen, v.expires, v.res, v.denied
+	return &w
+}
+
+// build merges the inputs into v, within the room for merges.
+func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
+	// The merge weighs the documents it will read: one over
+	// metadata.max_document_bytes is refused unread (docInput.read).
+	var weight int64
+	for i := range ins {
+		if in := &ins[i]; in.err == nil && in.size <= int64(s.cfg.Metadata.MaxDocumentBytes) {
+			weight += in.size
+		}
+	}
+	if !s.merging.fits(weight) {
+		v.refused = message(fasthttp.StatusBadGateway, "502 Bad Gateway - the upstreams' documents ("+
+			strconv.FormatInt(weight, 10)+" bytes) are too large to merge (metadata.max_merging_bytes)")
+		return s.refusedView(x, v), nil
+	}
+	release, err := s.merging.acquire(weight)
+	defer release()
+	if err != nil {
+		return nil, err
+	}
 	switch k {
 	case composeMetadata:
 		err = s.mergeMetadata(x, v, ins)
 	case composePrefixes:
 		err = s.mergePrefixes(v, ins)
+	}
+	if v.refused != nil {
+		return s.refusedView(x, v), nil
 	}
 	if err != nil {
 		return nil, err
@@ -196,11 +244,29 @@ func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *compo
 	return v, nil
 }
 
+// refusedView completes v, whose inputs cannot be merged within the limits
+// (v.refused), as an answer kept while they stand.
+func (s *Server) refusedView(x *exchange, v *composedView) *composedView {
+	v.merge = mergeNone
+	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone)
+	s.log.Warn("merged metadata refused", "registry", x.reg.id, "path", x.path.EntryRel(), "reason", v.refused.body)
+	return v
+}
+
+// docLimits bound an upstream's maven-metadata.xml and a merged one.
+func (s *Server) docLimits() maven.MetadataLimits {
+	m := s.cfg.Metadata
+	return maven.MetadataLimits{Bytes: int64(m.MaxDocumentBytes), Versions: m.MaxVersions, Elements: m.MaxElements}
+}
+
 // mergeMetadata merges the maven-metadata.xml documents. An upstream's
-// versions that its rules refuse are left out of what it contributes. One
-// document, nothing left out and no upstream failed: its own bytes.
+// versions that its rules refuse are left out of what it contributes; a
+// document that is malformed, over the limits or for other coordinates
+// than the path is that upstream's failure. One document, nothing left out
+// and no upstream failed: its own bytes. A merged answer over the limits
+// is refused (v.refused).
 func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
-	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	lim := s.docLimits()
 	docs := make([]*maven.Metadata, len(ins))
 	var c maven.Coordinates
 	if x.reg.hasRules {
@@ -212,11 +278,20 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 		if in.err == nil {
 			body, err := in.read(s)
 			if err == nil {
-				docs[i], err = maven.ParseMetadata(bytes.NewReader(body), max)
+				docs[i], err = maven.ParseMetadataBytes(body, lim)
+			}
+			if err == nil {
+				err = docs[i].CheckPath(x.path)
 			}
 			if err != nil {
+				docs[i] = nil
 				in.err = s.badInput(in, err)
 			} else {
+				if found > 0 {
+					// Only a single document's own bytes are served:
+					// with two, neither is needed past its parse.
+					ins[single].body, in.body = nil, nil
+				}
 				found, single = found+1, i
 			}
 		}
@@ -250,7 +325,18 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 		v.etag = `"` + in.digest + `"`
 		return nil
 	}
-	v.body = merged.Marshal()
+	body, err := merged.MarshalLimited(lim)
+	if err != nil {
+		var me *maven.MetadataError
+		reason := "over the limits"
+		if errors.As(err, &me) {
+			reason = me.Reason()
+		}
+		v.refused = message(fasthttp.StatusBadGateway,
+			"502 Bad Gateway - the merged maven-metadata.xml would be too large: "+reason)
+		return nil
+	}
+	v.body = body
 	return nil
 }
 
@@ -311,17 +397,26 @@ func (s *Server) badInput(in *docInput, err error) error {
 		return err
 	}
 	err = docError(err)
+	s.log.Warn("upstream document not merged", "upstream", in.up.id, "path", in.entry, "reason", failureReason(err))
 	s.composed.rememberBad(in.digest, err, s.now().Add(s.cfg.Metadata.PartialTTL))
 	return err
 }
 
-// docError is an upstream document that could not be read or parsed, as
-// that upstream's failure.
+// docError is an upstream document that could not be read, parsed or
+// merged, as that upstream's failure.
 func docError(err error) error {
-	if errors.Is(err, maven.ErrBadMetadata) || errors.Is(err, maven.ErrBadPrefixes) {
-		return &refusedError{label: refusedAnswer, reason: "malformed document: " + docReason(err)}
+	var kind string
+	switch {
+	case errors.Is(err, maven.ErrMetadataMisplaced):
+		kind = "document for other coordinates: "
+	case errors.Is(err, maven.ErrMetadataTooLarge):
+		kind = "document too large: "
+	case errors.Is(err, maven.ErrBadMetadata) || errors.Is(err, maven.ErrBadPrefixes):
+		kind = "malformed document: "
+	default:
+		return err
 	}
-	return err
+	return &refusedError{label: refusedAnswer, reason: kind + docReason(err)}
 }
 
 // docReason is the parser's client-safe reason, without its package prefix.
@@ -345,6 +440,10 @@ func (v *composedView) digest() {
 // serveComposed answers x from v: the document, or one of its digests.
 func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	ctx, p := x.ctx, x.path
+	if v.refused != nil {
+		v.merges.Inc()
+		return v.refused
+	}
 	x.merge, x.up = v.merge, v.up
 	if v.merge == mergePartial {
 		x.miss = &missError{failures: v.failures}
@@ -426,7 +525,62 @@ type composedCache struct {
 	max   int64
 	// bad are upstream documents (by SHA-256) that could not be merged.
 	bad *simplelru.LRU[string, badDoc]
+	// building are the compositions in progress.
+	building map[pendingKey]*pendingCompose
+	// onFollow, when set (by tests), runs when a request starts to wait for
+	// a composition in progress.
+	onFollow func()
 }
+
+// pendingKey is a composition in progress: the answer, and the documents
+// it is built from.
+type pendingKey struct {
+	entryKey
+	inputs [sha256.Size]byte
+}
+
+// pendingCompose is the outcome of a composition in progress, once done is
+// closed.
+type pendingCompose struct {
+	done chan struct{}
+	v    *composedView
+	err  error
+}
+
+// pending returns the composition in progress for k, and whether the
+// caller is to build it (lead): then it must settle it.
+func (c *composedCache) pending(k pendingKey) (p *pendingCompose, lead bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.building[k]; ok {
+		if c.onFollow != nil {
+			c.onFollow()
+		}
+		return p, false
+	}
+	if c.building == nil {
+		c.building = make(map[pendingKey]*pendingCompose)
+	}
+	p = &pendingCompose{done: make(chan struct{})}
+	c.building[k] = p
+	return p, true
+}
+
+// settle publishes the outcome of a composition (p.v, p.err) to those
+// waiting for it.
+func (c *composedCache) settle(k pendingKey, p *pendingCompose) {
+	c.mu.Lock()
+	delete(c.building, k)
+	c.mu.Unlock()
+	if p.v == nil && p.err == nil {
+		p.err = errComposeAborted
+	}
+	close(p.done)
+}
+
+// errComposeAborted is a composition whose builder ended without an outcome
+// (a panic, recovered by the handler).
+var errComposeAborted = errors.New("the merge these documents waited for did not finish")
 
 // badDoc is why a document could not be merged, and until when that
 // stands without asking its upstream again.

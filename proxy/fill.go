@@ -32,6 +32,7 @@ var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than 
 func (s *Server) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
+	f.max, f.tooLarge = s.fillLimit(f.key.rel)
 	// On a cluster, one node at a time asks the upstream for this file
 	// (cluster.go); the lease is given back once the entry is committed.
 	unlease, done := s.leaseFill(f)
@@ -120,9 +121,12 @@ func (s *Server) fill(f *flight) {
 	}
 	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
 
-	if resp.ContentLength > s.maxFile {
+	if resp.ContentLength > f.max {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
-		noBody(flightFailed, errTooLarge)
+		if refusal(f.tooLarge) {
+			s.refuse(f, f.tooLarge)
+		}
+		noBody(flightFailed, f.tooLarge)
 		return
 	}
 	exp, err := s.admit(ctx, f, resp)
@@ -150,9 +154,9 @@ func (s *Server) fill(f *flight) {
 			return
 		}
 		if whole {
-			if int64(len(head)) > s.maxFile {
+			if int64(len(head)) > f.max {
 				temp.drop()
-				s.failBody(f, errTooLarge)
+				s.failBody(f, f.tooLarge)
 				return
 			}
 			f.size = int64(len(head))
@@ -542,8 +546,8 @@ func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error 
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
-			if w.Size()+int64(n) > s.maxFile {
-				return errTooLarge
+			if w.Size()+int64(n) > f.max {
+				return f.tooLarge
 			}
 			if m, err := w.Write(buf[:n]); err != nil {
 				if store.IsDiskFull(err) {

@@ -47,6 +47,10 @@ type flight struct {
 	// freeSlot gives back the upstream's request slot (gate.go) once the
 	// upstream's body is read; safe to call more than once.
 	freeSlot func()
+	// max is the longest body the fill takes, tooLarge its failure past it
+	// (Server.fillLimit); set when the fill starts.
+	max      int64
+	tooLarge error
 
 	ready chan struct{} // closed once kind (and the fields below) are set
 	done  chan struct{} // closed once the flight is over

@@ -409,8 +409,8 @@ func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Resp
 	}
 	n := onDisk
 	add := func(b []byte) error {
-		if n+int64(len(b)) > s.maxFile {
-			return errTooLarge
+		if n+int64(len(b)) > f.max {
+			return f.tooLarge
 		}
 		for _, h := range sums {
 			h.Write(b)

@@ -109,6 +109,7 @@ type Server struct {
 	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
 
 	composed *composedCache // merged maven-metadata.xml and prefix files
+	merging  *mergeGate     // the documents being merged at once (metadata.max_merging_bytes)
 	rules    *ruleSets      // compiled allow/deny rules of each upstream, and their verdicts
 	audit    *auditQueue    // audit events of rule denials, written in batches
 
@@ -197,6 +198,9 @@ func New(d Deps) (*Server, error) {
 		return nil, err
 	}
 	if s.rules, err = newRuleSets(d.Registerer); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.merging, err = newMergeGate(d.Registerer, int64(d.Config.Metadata.MaxMergingBytes), d.Config.Metadata.MergeWait); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.audit, err = newAuditQueue(s, d.Config.Audit, d.Registerer); err != nil {
