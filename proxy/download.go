@@ -465,16 +465,13 @@ func (s *Server) serveEntryOrMiss(x *exchange, v *entryView) error {
 }
 
 // keepStale reports whether a stale entry of up is served as it is, without
-// asking up: its last answer for rel was refused lately, or it is unhealthy.
+// asking up: its last answer for rel was refused lately, it is unhealthy, or
+// rel failed on it lately (its path breaker is open).
 func (s *Server) keepStale(up *upstreamView, rel string) bool {
 	if s.refusedFor(up, rel) != nil {
 		return true
 	}
-	if !s.health.Available(up.id) {
-		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
-		return true
-	}
-	return false
+	return s.notAsked(up, rel) != nil
 }
 
 // turn is one upstream's turn for a file it holds no entry of: why it is
@@ -497,9 +494,8 @@ func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
 		s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
 		return turn{err: errRememberedAbsent, until: mark.until}
 	}
-	if !s.health.Available(up.id) {
-		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
-		return turn{err: s.unavailable(up.id)}
+	if err := s.notAsked(up, rel); err != nil {
+		return turn{err: err}
 	}
 	f, joined := s.join(up, rel, "", false, seen)
 	if f != nil {
@@ -510,8 +506,9 @@ func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
 
 // Reasons of registryd_upstream_skipped_total.
 const (
-	skipUnhealthy = "unhealthy"
-	skipNotFound  = "not_found"
+	skipUnhealthy   = "unhealthy"
+	skipFailingPath = "failing_path" // the path's breaker is open (upstream.Health)
+	skipNotFound    = "not_found"
 )
 
 // fetchMiss asks the registry's upstreams in position order, one GET each

@@ -56,10 +56,9 @@ func (s *Server) fill(f *flight) {
 		f.finish(store.CacheEntry{}, nil)
 		return
 	}
-	tk, ok := s.health.Begin(f.up.id)
+	tk, closed, ok := s.health.Begin(f.up.id, f.key.rel)
 	if !ok {
-		s.met.skipped.WithLabelValues(f.up.label, skipUnhealthy).Inc()
-		f.decide(flightFailed, s.unavailable(f.up.id))
+		f.decide(flightFailed, s.skipped(f.up, closed))
 		f.finish(store.CacheEntry{}, nil)
 		return
 	}
@@ -96,7 +95,10 @@ func (s *Server) fill(f *flight) {
 			}
 			s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
 			noBody(flightNotFound, nil)
-		case errors.Is(err, upstream.ErrBadAnswer):
+		case errors.Is(err, upstream.ErrBadAnswer), errors.Is(err, upstream.ErrBlocked):
+			// Refused, by the client or by policy (a redirect to an
+			// address registryd does not connect to): remembered, so a
+			// client's retry does not ask again at once.
 			noBody(flightFailed, s.refuse(f, err))
 		default:
 			noBody(flightFailed, err)
@@ -295,8 +297,8 @@ func (s *Server) failBody(f *flight, err error) {
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 	if _, after, ok := upstream.Classify(err); ok {
 		// The body broke (reset, idle timeout, cut short): the answer's
-		// headers counted as a success; this counts as an error answer.
-		s.health.Failure(f.ticket, upstream.FailSoft, failureReason(err), after)
+		// headers counted as a success; this counts against the path.
+		s.health.Failure(f.ticket, healthFault(upstream.FailPath, err, after))
 	}
 	switch {
 	case refusal(err):

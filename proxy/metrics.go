@@ -119,6 +119,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "skipped_total",
 			Help: "Upstream requests not sent, by upstream id and reason: unhealthy (backing off), " +
+				"failing_path (the file failed on the upstream lately: its path breaker is open), " +
 				"not_found (remembered 404, the negative cache).",
 		}, []string{"upstream", "reason"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -149,7 +150,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "upstream", Name: "refusals_total",
 			Help: "Upstream answers refused as a copy of the file, by upstream id and reason: answer (204, " +
 				"unsolicited 206, other 2xx, an encoding not decoded, a body longer than its Content-Length), " +
-				"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable.",
+				"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable, " +
+				"blocked (a redirect to an address upstreams may not reach, or to a URL that is not http(s)).",
 		}, []string{"upstream", "reason"}),
 		fetched: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "fetched_bytes_total",
