@@ -191,8 +191,8 @@ type Upstreams struct {
 	// ReservedSmallRequests is how many of an upstream's
 	// MaxConcurrentRequests slots only small files may take (metadata,
 	// POMs, checksums, signatures, or any answer announcing at most
-	// SmallFileBytes): large bodies hold the others at most. At most
-	// MaxConcurrentRequests-1 take effect. Default 4.
+	// SmallFileBytes): large bodies hold the others at most. At most half
+	// of MaxConcurrentRequests is reserved, whatever this says. Default 4.
 	ReservedSmallRequests int `yaml:"reserved_small_requests"`
 	// SmallFileBytes is the largest Content-Length that counts a fill as
 	// small; a POM or metadata file announcing more counts as large.

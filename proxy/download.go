@@ -417,7 +417,10 @@ func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) error {
 	if f == nil {
 		return errLookAgain
 	}
-	<-f.ready
+	if !s.awaitReady(x.ctx, f) {
+		f.release()
+		return errClientGone
+	}
 	switch f.kind {
 	case flightStreaming:
 		x.res = resMiss
@@ -487,6 +490,12 @@ type turn struct {
 
 // askFor takes up's turn for rel (see turn).
 func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
+	return s.askForClient(nil, up, rel, seen)
+}
+
+// askForClient is askFor for the request of client, which may go away while
+// the flight waits (awaitReady): the turn's error is then errClientGone.
+func (s *Server) askForClient(client *fasthttp.RequestCtx, up *upstreamView, rel string, seen uint64) turn {
 	if mark, ok := s.marks.recall(s.st, up.id, rel, s.now()); ok {
 		if mark.refused != nil {
 			return turn{err: mark.refused, until: mark.until}
@@ -498,8 +507,9 @@ func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
 		return turn{err: err}
 	}
 	f, joined := s.join(up, rel, "", false, seen)
-	if f != nil {
-		<-f.ready
+	if f != nil && !s.awaitReady(client, f) {
+		f.release()
+		return turn{err: errClientGone}
 	}
 	return turn{f: f, joined: joined}
 }
@@ -544,7 +554,10 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		if up.id == skip {
 			continue
 		}
-		t := s.askFor(up, rel, seen)
+		t := s.askForClient(x.ctx, up, rel, seen)
+		if t.err == errClientGone {
+			return t.err
+		}
 		if t.err != nil {
 			failures = append(failures, upstreamFailure{upstream: up.id, err: t.err})
 			continue

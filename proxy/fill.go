@@ -32,6 +32,7 @@ var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than 
 func (s *Server) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
+	defer f.stop(nil)
 	// On a cluster, one node at a time asks the upstream for this file
 	// (cluster.go); the lease is given back once the entry is committed.
 	unlease, done := s.leaseFill(f)
@@ -39,15 +40,15 @@ func (s *Server) fill(f *flight) {
 	if done {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
+	ctx, cancel := context.WithTimeout(f.ctx, s.cfg.Upstreams.FillTimeout)
 	defer cancel()
 
 	// Wait for a slot of the upstream's cap, then for the health tracker's
 	// leave: an upstream that turned unhealthy while this fill queued is
 	// not asked.
-	release, err := s.gates.acquire(ctx, f.up.id)
-	defer release()
-	f.freeSlot = release
+	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
+	defer sl.release()
+	f.slot.Store(sl)
 	if err != nil {
 		if s.fillCtx.Err() != nil {
 			err = errShutdown
@@ -82,8 +83,12 @@ func (s *Server) fill(f *flight) {
 		get = s.up.Revalidate
 	}
 	resp, err := get(ctx, f.up.ep, f.key.rel, f.etag)
-	if s.fillCtx.Err() != nil && err != nil {
+	switch {
+	case err == nil:
+	case s.fillCtx.Err() != nil:
 		err = errShutdown
+	case f.dropped.Load():
+		err = errAbandoned
 	}
 	s.judge(tk, err)
 	if err != nil {
@@ -121,6 +126,7 @@ func (s *Server) fill(f *flight) {
 		return
 	}
 	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
+	sl.sized(resp.ContentLength)
 
 	if resp.ContentLength > s.maxFile {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
@@ -291,8 +297,11 @@ func (s *Server) storeFailed(f *flight, size int64, err error) {
 // answered yet (a small body, a revalidation), the flight fails like an
 // upstream error: the next upstream is asked, or the stored copy served.
 func (s *Server) failBody(f *flight, err error) {
-	if s.fillCtx.Err() != nil && !refusal(err) {
+	switch {
+	case s.fillCtx.Err() != nil && !refusal(err):
 		err = errShutdown
+	case f.dropped.Load():
+		err = errAbandoned // nobody is told; counted in fills_abandoned_total
 	}
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 	if _, after, ok := upstream.Classify(err); ok {
@@ -303,7 +312,7 @@ func (s *Server) failBody(f *flight, err error) {
 	switch {
 	case refusal(err):
 		s.refuse(f, err)
-	case !errors.Is(err, errShutdown):
+	case !errors.Is(err, errShutdown) && err != errAbandoned:
 		s.log.Warn("fill failed; nothing cached", "upstream", f.up.id, "path", f.relSlash, "err", err)
 	}
 	if !f.decided() {
@@ -588,6 +597,8 @@ func outcomeOf(err error) string {
 		return outcomeTimeout
 	case errors.Is(err, upstream.ErrBadAnswer):
 		return outcomeRefused
+	case err == errAbandoned:
+		return outcomeAborted
 	}
 	return outcomeNetwork
 }

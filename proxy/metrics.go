@@ -40,6 +40,7 @@ type metrics struct {
 	upstreamDur  *prometheus.HistogramVec
 	refusals     *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
+	abandoned    *prometheus.CounterVec
 	denials      *prometheus.CounterVec
 	merges       *prometheus.CounterVec
 	auditDropped prometheus.Counter
@@ -122,6 +123,11 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 				"failing_path (the file failed on the upstream lately: its path breaker is open), " +
 				"not_found (remembered 404, the negative cache).",
 		}, []string{"upstream", "reason"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "fills_abandoned_total",
+			Help: "Fills whose clients all left and that nobody joined, cancelled, by stage: queued (dequeued " +
+				"before they had a slot of the upstream's cap), downloading (their slot given to a waiting request).",
+		}, []string{"stage"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "rule_denials_total",
 			Help: "Requests for which an upstream's allow/deny rules took it out of resolution, by upstream id.",
@@ -208,7 +214,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		m.requests, m.upstreamDur, m.fetched, m.joins, m.auditDropped,
 		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
-		m.leaseWaits, m.filledElsewhere,
+		m.leaseWaits, m.filledElsewhere, m.abandoned,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: "cache", Name: "blobs",
 			Help: "Blob files in DATA_DIR/blobs (each distinct content once).",

@@ -190,6 +190,14 @@ var (
 	upstreamActiveDesc = prometheus.NewDesc("registryd_upstream_active_requests",
 		"Requests out to the upstream now (at most upstreams.max_concurrent_requests).",
 		[]string{"upstream"}, nil)
+	upstreamLargeDesc = prometheus.NewDesc("registryd_upstream_large_requests",
+		"Of the requests out to the upstream, those of large bodies (at most upstreams.max_concurrent_requests "+
+			"less upstreams.reserved_small_requests).",
+		[]string{"upstream"}, nil)
+	upstreamIdleDesc = prometheus.NewDesc("registryd_upstream_idle_requests",
+		"Of the requests out to the upstream, fills whose clients all left: they go on into the cache, "+
+			"and give their slot up when another request waits for one.",
+		[]string{"upstream"}, nil)
 	upstreamQueuedDesc = prometheus.NewDesc("registryd_upstream_queued_requests",
 		"Requests waiting for a free slot of the upstream's cap.",
 		[]string{"upstream"}, nil)
@@ -209,7 +217,7 @@ func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
 		v.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{registryInfoDesc, upstreamInfoDesc, upstreamHealthyDesc,
-		upstreamFailingPathsDesc, upstreamActiveDesc, upstreamQueuedDesc, negativeEntriesDesc} {
+		upstreamFailingPathsDesc, upstreamActiveDesc, upstreamLargeDesc, upstreamIdleDesc, upstreamQueuedDesc, negativeEntriesDesc} {
 		ch <- d
 	}
 }
@@ -235,6 +243,8 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(upstreamFailingPathsDesc, prometheus.GaugeValue, float64(st.FailingPaths), id)
 			l := load[u.ID]
 			ch <- prometheus.MustNewConstMetric(upstreamActiveDesc, prometheus.GaugeValue, float64(l.active), id)
+			ch <- prometheus.MustNewConstMetric(upstreamLargeDesc, prometheus.GaugeValue, float64(l.bulk), id)
+			ch <- prometheus.MustNewConstMetric(upstreamIdleDesc, prometheus.GaugeValue, float64(l.idle), id)
 			ch <- prometheus.MustNewConstMetric(upstreamQueuedDesc, prometheus.GaugeValue, float64(l.waiting), id)
 		}
 	}

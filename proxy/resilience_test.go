@@ -253,10 +253,14 @@ func TestNegativeCache(t *testing.T) {
 }
 
 // No more than upstreams.max_concurrent_requests requests are out to one
-// upstream; the others queue and are all served.
+// upstream; the others queue and are all served. (No slot is reserved for
+// small files here: TestSmallFileNotBehindAbandonedDownloads tests that.)
 func TestUpstreamRequestCap(t *testing.T) {
 	const limit, n = 2, 6
-	e := newEnv(t, func(c *config.Config) { c.Upstreams.MaxConcurrentRequests = limit })
+	e := newEnv(t, func(c *config.Config) {
+		c.Upstreams.MaxConcurrentRequests = limit
+		c.Upstreams.ReservedSmallRequests = 0
+	})
 	up := newFakeUpstream(t)
 	var cur, peak atomic.Int32
 	release := make(chan struct{})
