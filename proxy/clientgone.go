@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"registryd/internal/sockpeek"
 )
 
 // clientPoll is how often a request waiting for a fill's answer looks
@@ -22,7 +24,8 @@ var errClientGone = &apiError{status: 499, body: `{"message":"499 Client Closed 
 // when its client leaves, and a fill may wait long for a slot of the
 // upstream's cap (gate.go) or for the upstream's answer: meanwhile the
 // client's connection is looked at every clientPoll, by a peek that
-// neither reads nor blocks. The caller releases the flight when the client
+// neither reads nor blocks (sockpeek: the client closed or reset it; a
+// pipelined request waiting there means it is still there). The caller releases the flight when the client
 // is gone: a fill nobody else waits for is then dequeued (flight.orphaned)
 // instead of asking the upstream for nobody. A nil ctx (a merge, which has
 // no one client) just waits.
@@ -47,7 +50,7 @@ func (s *Server) awaitReady(ctx *fasthttp.RequestCtx, f *flight) bool {
 		case <-f.ready:
 			return true
 		case <-t.C:
-			if peerClosed(rc) {
+			if sockpeek.Peek(rc) == sockpeek.Closed {
 				return false
 			}
 		}
