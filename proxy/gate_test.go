@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 )
 
@@ -188,4 +189,63 @@ func TestGateDequeue(t *testing.T) {
 	held.release()
 	e.want(0, 0, 0, 0)
 	e.take(true)
+}
+
+// TestGateStress: many requests of both classes acquire, resize, go idle,
+// are taken back, join again, give up waiting and release, at once. The
+// cap is never exceeded, large bodies never pass their share unless a
+// slot was resized to large, and everything is given back in the end.
+func TestGateStress(t *testing.T) {
+	const limit, reserved = 6, 2
+	g := newGates(limit, reserved, 100)
+	check := func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		gt := g.m[1]
+		if gt == nil {
+			return
+		}
+		if gt.active > limit || gt.bulk > gt.active || gt.preempting < 0 || gt.preempting > len(gt.idle)+gt.active {
+			t.Errorf("gate %+v", *gt)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				bulk := (w+i)%3 != 0
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%7 == 0 {
+					cancel() // gives up at once when it would wait
+				}
+				s, err := g.acquire(ctx, 1, bulk)
+				cancel()
+				check()
+				if err != nil {
+					continue
+				}
+				switch i % 4 {
+				case 0:
+					s.sized(int64(i % 200))
+				case 1:
+					s.idle(func() bool { s.release(); return true })
+				case 2:
+					s.idle(func() bool { return false })
+					s.busy()
+				}
+				check()
+				s.release()
+				check()
+			}
+		}()
+	}
+	wg.Wait()
+	if l := g.load()[1]; l != (gateLoad{}) {
+		t.Fatalf("load at the end %+v, want nothing held or waiting", l)
+	}
+	if gt := g.m[1]; gt.preempting != 0 {
+		t.Fatalf("preempting %d at the end", gt.preempting)
+	}
 }
