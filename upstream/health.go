@@ -35,9 +35,12 @@ import (
 // An unhealthy upstream is skipped for a backoff; when it runs out, one
 // trial request at a time is let through, and any answer makes the
 // upstream healthy again at once. The trial is never a path that has
-// failed lately: that path's failure would say nothing new about the
-// upstream, and a client retrying it would keep the upstream out. The
-// failing path gets its own trial once its own backoff is over.
+// failed within Window: that path's failure would say nothing new about
+// the upstream, and a client retrying it would keep the upstream out. The
+// failing path gets its own trial once its own backoff is over and the
+// upstream is back (or once it has not failed for Window, it may be the
+// upstream's trial: a client asking only for failing paths does not keep
+// the upstream out for ever).
 //
 // Backoffs (the upstream's and each path's) start at InitialBackoff (10s)
 // and double on every failed trial up to MaxBackoff (10m). Short first
@@ -260,10 +263,11 @@ func (h *Health) trialOpen(retryAt, trial time.Time, now time.Time) bool {
 	return !now.Before(retryAt) && (trial.IsZero() || now.Sub(trial) >= h.opt.TrialTimeout)
 }
 
-// failing reports whether the path failed lately: it may not be the trial
-// of its upstream.
+// failing reports whether the path failed within window: it may not be
+// the trial of its upstream. Only lately: were every path asked for one
+// that failed once, the upstream would otherwise never have a trial.
 func (ps *pathState) failing(now time.Time, window time.Duration) bool {
-	return ps.open || now.Sub(ps.lastAt) < window
+	return now.Sub(ps.lastAt) < window
 }
 
 // Ticket is a permission to send one request, from Begin; report its end

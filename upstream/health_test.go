@@ -1040,3 +1040,24 @@ func TestStatusErrorRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A client that asks only for files that failed does not keep the
+// upstream out for ever: once a file has not failed for Window, it may be
+// the trial.
+func TestHealthFailingPathsTrialAfterWindow(t *testing.T) {
+	e := newHealthEnv(t)
+	for _, p := range []string{pathA, pathA, pathB, pathB, pathC} {
+		e.h.Failure(e.begin(1, p), pathFault("answered 502 Bad Gateway"))
+	}
+	e.wantUnhealthy(1, 10*time.Second)
+	e.clock.Add(time.Minute - time.Nanosecond)
+	for _, p := range []string{pathA, pathB, pathC} {
+		e.refused(1, p)
+	}
+	e.clock.Add(time.Nanosecond)
+	tk := e.trial(1, pathA)
+	e.h.Success(tk)
+	if st := e.wantHealthy(1); st.FailingPaths != 1 {
+		t.Fatalf("after A's good trial: %+v, want B's breaker still open", st)
+	}
+}
