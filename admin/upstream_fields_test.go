@@ -19,7 +19,7 @@ import (
 var upstreamKeyOrder = []string{"id", "name", "description", "group_id", "url", "username",
 	"cache_validity_hours", "metadata_cache_validity_hours", "created_at", "updated_at",
 	"checksum_policy", "not_found_cache_minutes", "metadata_not_found_cache_minutes",
-	"status", "status_since", "last_error", "last_error_at", "retry_at"}
+	"status", "status_since", "last_error", "last_error_at", "retry_at", "failing_paths"}
 
 // keysOf lists a JSON object's keys in order.
 func keysOf(t *testing.T, raw []byte) []string {
@@ -221,11 +221,11 @@ func newHealthEnv(t *testing.T) *healthEnv {
 // fail reports a hard failure of upstream id.
 func (e *healthEnv) fail(id int64, reason string) {
 	e.t.Helper()
-	tk, ok := e.health.Begin(id)
+	tk, _, ok := e.health.Begin(id, "org/example/a/1/a-1.jar")
 	if !ok {
 		e.t.Fatal("Begin refused")
 	}
-	e.health.Failure(tk, upstream.FailHard, reason, 0)
+	e.health.Failure(tk, upstream.Fault{Class: upstream.FailHost, Reason: reason})
 }
 
 func (e *healthEnv) get(id int64) map[string]any {
@@ -278,12 +278,31 @@ func TestUpstreamHealthShown(t *testing.T) {
 
 	// The trial succeeds: healthy since then, the last error kept as history.
 	e.now = e.now.Add(10 * time.Second)
-	tk, ok := e.health.Begin(id)
+	tk, _, ok := e.health.Begin(id, "org/example/b/1/b-1.jar")
 	if !ok || !tk.Trial() {
 		t.Fatal("no trial")
 	}
 	e.health.Success(tk)
 	wantHealth(t, e.get(id), "healthy", retry, "Connection timeout", down, nil)
+	if n := e.get(id)["failing_paths"]; n != 0.0 {
+		t.Fatalf("failing_paths %v, want 0", n)
+	}
+
+	// One file failing twice opens its breaker: counted, while the
+	// upstream stays healthy.
+	for range 2 {
+		tk, _, ok := e.health.Begin(id, "org/example/c/1/c-1.jar")
+		if !ok {
+			t.Fatal("Begin refused")
+		}
+		e.health.Failure(tk, upstream.Fault{Class: upstream.FailPath, Reason: "answered 502 Bad Gateway"})
+	}
+	at := "2026-11-21T11:00:10.250Z"
+	shown := e.get(id)
+	wantHealth(t, shown, "healthy", retry, "answered 502 Bad Gateway", at, nil)
+	if n := shown["failing_paths"]; n != 1.0 {
+		t.Fatalf("failing_paths %v, want 1", n)
+	}
 }
 
 // TestUpstreamFieldOrder: every answer that renders an upstream has

@@ -24,11 +24,16 @@ type upstreamHealthView struct {
 	// RetryAt is when the next trial request may go; null while healthy. A
 	// time in the past means the next request to the upstream is the trial.
 	RetryAt jsonTime `json:"retry_at"`
+	// FailingPaths is how many files fail on this upstream lately (their
+	// path breaker is open): they are not asked for until their own trial,
+	// while the upstream stays healthy for every other file.
+	FailingPaths int `json:"failing_paths"`
 }
 
 func (s *Server) upstreamHealthJSON(id int64) upstreamHealthView {
 	st := s.health.Status(id)
-	v := upstreamHealthView{Status: st.State, StatusSince: jsonTime(st.Since), LastError: optString(st.LastError)}
+	v := upstreamHealthView{Status: st.State, StatusSince: jsonTime(st.Since), LastError: optString(st.LastError),
+		FailingPaths: st.FailingPaths}
 	if st.LastError != "" {
 		v.LastErrorAt = jsonTime(st.LastErrorAt)
 	}

@@ -174,10 +174,33 @@ type Upstreams struct {
 	// checksums), which appears when a first version is published. An
 	// upstream's metadata_not_found_cache_minutes overrides it. Default 5m.
 	MetadataNotFoundTTL time.Duration `yaml:"metadata_not_found_ttl"`
-	// FailureThreshold is how many consecutive error answers (5xx, 429
-	// without Retry-After) mark an upstream unhealthy; a timeout or a
-	// connection failure marks it at once. Default 3.
+	// FailureThreshold is how many distinct paths failing within
+	// FailureWindow (error answers, timeouts or resets once connected), with
+	// no answer from the upstream in between, mark it unhealthy; a
+	// connection that cannot be made, a 429 or a 503 with Retry-After marks
+	// it at once. Default 3.
 	FailureThreshold int `yaml:"failure_threshold"`
+	// PathFailureThreshold is how many failures of one path within
+	// FailureWindow open that path's breaker: the upstream is not asked for
+	// the path until its own trial after a backoff (Backoff, doubling).
+	// Default 2.
+	PathFailureThreshold int `yaml:"path_failure_threshold"`
+	// FailureWindow is how long a failure counts towards FailureThreshold
+	// and PathFailureThreshold. Default 1m.
+	FailureWindow time.Duration `yaml:"failure_window"`
+	// MaxFailingPaths bounds the (upstream, path) breakers kept in memory,
+	// least recently used out. Default 10000.
+	MaxFailingPaths int `yaml:"max_failing_paths"`
+	// ReservedSmallRequests is how many of an upstream's
+	// MaxConcurrentRequests slots only small files may take (metadata,
+	// POMs, checksums, signatures, or any answer announcing at most
+	// SmallFileBytes): large bodies hold the others at most. At most half
+	// of MaxConcurrentRequests is reserved, whatever this says. Default 4.
+	ReservedSmallRequests int `yaml:"reserved_small_requests"`
+	// SmallFileBytes is the largest Content-Length that counts a fill as
+	// small; a POM or metadata file announcing more counts as large.
+	// Default 1MiB.
+	SmallFileBytes ByteSize `yaml:"small_file_bytes"`
 	// Backoff is how long an unhealthy upstream is skipped before one trial
 	// request; it doubles after each failed trial. Default 10s.
 	Backoff time.Duration `yaml:"backoff"`
@@ -389,6 +412,11 @@ func Default() Config {
 			NotFoundTTL:           time.Hour,
 			MetadataNotFoundTTL:   5 * time.Minute,
 			FailureThreshold:      3,
+			PathFailureThreshold:  2,
+			FailureWindow:         time.Minute,
+			MaxFailingPaths:       10000,
+			ReservedSmallRequests: 4,
+			SmallFileBytes:        MiB,
 			Backoff:               10 * time.Second,
 			MaxBackoff:            10 * time.Minute,
 		},
@@ -513,6 +541,7 @@ func (c Config) Validate() error {
 		{"upstreams.fill_timeout", c.Upstreams.FillTimeout},
 		{"upstreams.backoff", c.Upstreams.Backoff},
 		{"upstreams.max_backoff", c.Upstreams.MaxBackoff},
+		{"upstreams.failure_window", c.Upstreams.FailureWindow},
 		{"auth.cache_ttl", c.Auth.CacheTTL},
 		{"cache.collect_interval", c.Cache.CollectInterval},
 		{"cache.flush_interval", c.Cache.FlushInterval},
@@ -532,6 +561,7 @@ func (c Config) Validate() error {
 		{"admin.max_body_bytes", c.Admin.MaxBodyBytes},
 		{"admin.max_sbom_bytes", c.Admin.MaxSBOMBytes},
 		{"cache.max_file_bytes", c.Cache.MaxFileBytes},
+		{"upstreams.small_file_bytes", c.Upstreams.SmallFileBytes},
 	}
 	for _, s := range sizes {
 		if s.v <= 0 {
@@ -568,6 +598,15 @@ func (c Config) Validate() error {
 	}
 	if c.Upstreams.FailureThreshold < 1 {
 		add("upstreams.failure_threshold must be at least 1, got %d", c.Upstreams.FailureThreshold)
+	}
+	if c.Upstreams.PathFailureThreshold < 1 {
+		add("upstreams.path_failure_threshold must be at least 1, got %d", c.Upstreams.PathFailureThreshold)
+	}
+	if c.Upstreams.MaxFailingPaths < 1 {
+		add("upstreams.max_failing_paths must be at least 1, got %d", c.Upstreams.MaxFailingPaths)
+	}
+	if c.Upstreams.ReservedSmallRequests < 0 {
+		add("upstreams.reserved_small_requests must not be negative (0 reserves none), got %d", c.Upstreams.ReservedSmallRequests)
 	}
 	if c.Upstreams.NotFoundTTL < 0 || c.Upstreams.MetadataNotFoundTTL < 0 {
 		add("upstreams.not_found_ttl and upstreams.metadata_not_found_ttl must not be negative")

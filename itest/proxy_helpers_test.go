@@ -18,6 +18,8 @@ type pxFile struct {
 	etag string
 	// hold sends half the body, signals midBody, and waits for release.
 	hold bool
+	// status, when set, is answered instead of the file.
+	status int
 }
 
 // pxUpstream is a fake Maven repository at URL (…/maven2).
@@ -67,6 +69,10 @@ func (u *pxUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)
+		return
+	}
+	if f.status != 0 {
+		w.WriteHeader(f.status)
 		return
 	}
 	if f.etag != "" {

@@ -16,7 +16,7 @@ var (
 	upstreamKeys = []string{"id", "name", "description", "group_id", "url", "username", "cache_validity_hours",
 		"metadata_cache_validity_hours", "created_at", "updated_at", "checksum_policy",
 		"not_found_cache_minutes", "metadata_not_found_cache_minutes",
-		"status", "status_since", "last_error", "last_error_at", "retry_at"}
+		"status", "status_since", "last_error", "last_error_at", "retry_at", "failing_paths"}
 )
 
 func TestRegistryAnswers(t *testing.T) {

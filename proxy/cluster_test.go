@@ -279,17 +279,18 @@ func TestHealthForgottenOnNewURL(t *testing.T) {
 	h := upstream.NewHealth(upstream.HealthOptions{Threshold: 1})
 	var u upstreamURLs
 	u.note(h, 7, "https://one.example/m")
-	tk, _ := h.Begin(7)
-	h.Failure(tk, upstream.FailHard, "Connection timeout", 0)
-	if h.Available(7) {
-		t.Fatal("still available after a hard failure")
+	tk, _, _ := h.Begin(7, "a/b")
+	h.Failure(tk, upstream.Fault{Class: upstream.FailHost, Reason: "Connection refused"})
+	available := func() bool { _, ok := h.Check(7, "a/c"); return ok }
+	if available() {
+		t.Fatal("still available after a host failure")
 	}
 	u.note(h, 7, "https://one.example/m") // same url: health kept
-	if h.Available(7) {
+	if available() {
 		t.Fatal("health forgotten for the same url")
 	}
 	u.note(h, 7, "https://two.example/m")
-	if !h.Available(7) {
+	if !available() {
 		t.Fatal("health of the old url kept for the new one")
 	}
 }

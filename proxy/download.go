@@ -417,7 +417,10 @@ func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) error {
 	if f == nil {
 		return errLookAgain
 	}
-	<-f.ready
+	if !s.awaitReady(x.ctx, f) {
+		f.release()
+		return errClientGone
+	}
 	switch f.kind {
 	case flightStreaming:
 		x.res = resMiss
@@ -465,16 +468,13 @@ func (s *Server) serveEntryOrMiss(x *exchange, v *entryView) error {
 }
 
 // keepStale reports whether a stale entry of up is served as it is, without
-// asking up: its last answer for rel was refused lately, or it is unhealthy.
+// asking up: its last answer for rel was refused lately, it is unhealthy, or
+// rel failed on it lately (its path breaker is open).
 func (s *Server) keepStale(up *upstreamView, rel string) bool {
 	if s.refusedFor(up, rel) != nil {
 		return true
 	}
-	if !s.health.Available(up.id) {
-		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
-		return true
-	}
-	return false
+	return s.notAsked(up, rel) != nil
 }
 
 // turn is one upstream's turn for a file it holds no entry of: why it is
@@ -490,6 +490,12 @@ type turn struct {
 
 // askFor takes up's turn for rel (see turn).
 func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
+	return s.askForClient(nil, up, rel, seen)
+}
+
+// askForClient is askFor for the request of client, which may go away while
+// the flight waits (awaitReady): the turn's error is then errClientGone.
+func (s *Server) askForClient(client *fasthttp.RequestCtx, up *upstreamView, rel string, seen uint64) turn {
 	if mark, ok := s.marks.recall(s.st, up.id, rel, s.now()); ok {
 		if mark.refused != nil {
 			return turn{err: mark.refused, until: mark.until}
@@ -497,21 +503,22 @@ func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
 		s.met.skipped.WithLabelValues(up.label, skipNotFound).Inc()
 		return turn{err: errRememberedAbsent, until: mark.until}
 	}
-	if !s.health.Available(up.id) {
-		s.met.skipped.WithLabelValues(up.label, skipUnhealthy).Inc()
-		return turn{err: s.unavailable(up.id)}
+	if err := s.notAsked(up, rel); err != nil {
+		return turn{err: err}
 	}
 	f, joined := s.join(up, rel, "", false, seen)
-	if f != nil {
-		<-f.ready
+	if f != nil && !s.awaitReady(client, f) {
+		f.release()
+		return turn{err: errClientGone}
 	}
 	return turn{f: f, joined: joined}
 }
 
 // Reasons of registryd_upstream_skipped_total.
 const (
-	skipUnhealthy = "unhealthy"
-	skipNotFound  = "not_found"
+	skipUnhealthy   = "unhealthy"
+	skipFailingPath = "failing_path" // the path's breaker is open (upstream.Health)
+	skipNotFound    = "not_found"
 )
 
 // fetchMiss asks the registry's upstreams in position order, one GET each
@@ -547,7 +554,10 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		if up.id == skip {
 			continue
 		}
-		t := s.askFor(up, rel, seen)
+		t := s.askForClient(x.ctx, up, rel, seen)
+		if t.err == errClientGone {
+			return t.err
+		}
 		if t.err != nil {
 			failures = append(failures, upstreamFailure{upstream: up.id, err: t.err})
 			continue

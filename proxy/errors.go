@@ -89,34 +89,68 @@ var (
 
 func isAbsent(err error) bool { return err == errAbsent || err == errRememberedAbsent }
 
-// unavailableError is an upstream skipped because it is unhealthy.
+// unavailableError is an upstream not asked: it is unhealthy, or the
+// path's breaker is open (it failed for this file lately). A path closed
+// by timeouts is a timeout (504) again.
 type unavailableError struct {
-	st  upstream.HealthStatus
+	c   upstream.Closure
 	now time.Time
 }
 
 func (e *unavailableError) Error() string { return e.reason() }
 
 func (e *unavailableError) reason() string {
-	r := "unhealthy, not asked until " + e.st.RetryAt.UTC().Format(time.RFC3339)
-	if e.st.LastError != "" {
-		r += " (last error: " + e.st.LastError + ")"
+	var r string
+	switch {
+	case e.c.Path:
+		r = "failing for this file, not asked for it until " + e.c.RetryAt.UTC().Format(time.RFC3339)
+	case e.c.RetryAt.After(e.now):
+		r = "unhealthy, not asked until " + e.c.RetryAt.UTC().Format(time.RFC3339)
+	default:
+		// The backoff is over, and the trial goes by another file than
+		// this one, which failed lately.
+		r = "unhealthy, waiting for a trial request for another file"
+	}
+	if e.c.LastError != "" {
+		r += " (last error: " + e.c.LastError + ")"
 	}
 	return r
+}
+
+func (e *unavailableError) Unwrap() error {
+	if e.c.Path && e.c.Timeout {
+		return upstream.ErrTimeout
+	}
+	return nil
 }
 
 // retryAfter is how long the upstream asked to be left alone (its
 // Retry-After made the backoff), or 0.
 func (e *unavailableError) retryAfter() time.Duration {
-	if !e.st.RetryAfterAsked || !e.st.RetryAt.After(e.now) {
+	if !e.c.RetryAfterAsked || !e.c.RetryAt.After(e.now) {
 		return 0
 	}
-	return e.st.RetryAt.Sub(e.now)
+	return e.c.RetryAt.Sub(e.now)
 }
 
-// unavailable is the failure of an upstream skipped as unhealthy.
-func (s *Server) unavailable(id int64) error {
-	return &unavailableError{st: s.health.Status(id), now: s.now()}
+// notAsked returns why up is not asked for rel now, counted in
+// registryd_upstream_skipped_total, or nil when it may be.
+func (s *Server) notAsked(up *upstreamView, rel string) error {
+	c, ok := s.health.Check(up.id, rel)
+	if ok {
+		return nil
+	}
+	return s.skipped(up, c)
+}
+
+// skipped counts and returns the failure of an upstream not asked.
+func (s *Server) skipped(up *upstreamView, c upstream.Closure) error {
+	reason := skipUnhealthy
+	if c.Path {
+		reason = skipFailingPath
+	}
+	s.met.skipped.WithLabelValues(up.label, reason).Inc()
+	return &unavailableError{c: c, now: s.now()}
 }
 
 // missError is a miss that no upstream served: the upstreams in order,

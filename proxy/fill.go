@@ -33,6 +33,7 @@ func (s *Server) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
 	f.max, f.tooLarge = s.fillLimit(f.key.rel)
+	defer f.stop(nil)
 	// On a cluster, one node at a time asks the upstream for this file
 	// (cluster.go); the lease is given back once the entry is committed.
 	unlease, done := s.leaseFill(f)
@@ -40,15 +41,15 @@ func (s *Server) fill(f *flight) {
 	if done {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
+	ctx, cancel := context.WithTimeout(f.ctx, s.cfg.Upstreams.FillTimeout)
 	defer cancel()
 
 	// Wait for a slot of the upstream's cap, then for the health tracker's
 	// leave: an upstream that turned unhealthy while this fill queued is
 	// not asked.
-	release, err := s.gates.acquire(ctx, f.up.id)
-	defer release()
-	f.freeSlot = release
+	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
+	defer sl.release()
+	f.slot.Store(sl)
 	if err != nil {
 		if s.fillCtx.Err() != nil {
 			err = errShutdown
@@ -57,10 +58,9 @@ func (s *Server) fill(f *flight) {
 		f.finish(store.CacheEntry{}, nil)
 		return
 	}
-	tk, ok := s.health.Begin(f.up.id)
+	tk, closed, ok := s.health.Begin(f.up.id, f.key.rel)
 	if !ok {
-		s.met.skipped.WithLabelValues(f.up.label, skipUnhealthy).Inc()
-		f.decide(flightFailed, s.unavailable(f.up.id))
+		f.decide(flightFailed, s.skipped(f.up, closed))
 		f.finish(store.CacheEntry{}, nil)
 		return
 	}
@@ -84,8 +84,12 @@ func (s *Server) fill(f *flight) {
 		get = s.up.Revalidate
 	}
 	resp, err := get(ctx, f.up.ep, f.key.rel, f.etag)
-	if s.fillCtx.Err() != nil && err != nil {
+	switch {
+	case err == nil:
+	case s.fillCtx.Err() != nil:
 		err = errShutdown
+	case f.dropped.Load():
+		err = errAbandoned
 	}
 	s.judge(tk, err)
 	if err != nil {
@@ -97,7 +101,10 @@ func (s *Server) fill(f *flight) {
 			}
 			s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
 			noBody(flightNotFound, nil)
-		case errors.Is(err, upstream.ErrBadAnswer):
+		case errors.Is(err, upstream.ErrBadAnswer), errors.Is(err, upstream.ErrBlocked):
+			// Refused, by the client or by policy (a redirect to an
+			// address registryd does not connect to): remembered, so a
+			// client's retry does not ask again at once.
 			noBody(flightFailed, s.refuse(f, err))
 		default:
 			noBody(flightFailed, err)
@@ -120,6 +127,7 @@ func (s *Server) fill(f *flight) {
 		return
 	}
 	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
+	sl.sized(resp.ContentLength)
 
 	if resp.ContentLength > f.max {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
@@ -293,19 +301,22 @@ func (s *Server) storeFailed(f *flight, size int64, err error) {
 // answered yet (a small body, a revalidation), the flight fails like an
 // upstream error: the next upstream is asked, or the stored copy served.
 func (s *Server) failBody(f *flight, err error) {
-	if s.fillCtx.Err() != nil && !refusal(err) {
+	switch {
+	case s.fillCtx.Err() != nil && !refusal(err):
 		err = errShutdown
+	case f.dropped.Load():
+		err = errAbandoned // nobody is told; counted in fills_abandoned_total
 	}
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 	if _, after, ok := upstream.Classify(err); ok {
 		// The body broke (reset, idle timeout, cut short): the answer's
-		// headers counted as a success; this counts as an error answer.
-		s.health.Failure(f.ticket, upstream.FailSoft, failureReason(err), after)
+		// headers counted as a success; this counts against the path.
+		s.health.Failure(f.ticket, healthFault(upstream.FailPath, err, after))
 	}
 	switch {
 	case refusal(err):
 		s.refuse(f, err)
-	case !errors.Is(err, errShutdown):
+	case !errors.Is(err, errShutdown) && err != errAbandoned:
 		s.log.Warn("fill failed; nothing cached", "upstream", f.up.id, "path", f.relSlash, "err", err)
 	}
 	if !f.decided() {
@@ -590,6 +601,8 @@ func outcomeOf(err error) string {
 		return outcomeTimeout
 	case errors.Is(err, upstream.ErrBadAnswer):
 		return outcomeRefused
+	case err == errAbandoned:
+		return outcomeAborted
 	}
 	return outcomeNetwork
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"os"
 	"runtime"
@@ -44,9 +45,16 @@ type flight struct {
 	// ticket is the health tracker's permission for the upstream request,
 	// to report its end with (see Server.judge).
 	ticket upstream.Ticket
-	// freeSlot gives back the upstream's request slot (gate.go) once the
-	// upstream's body is read; safe to call more than once.
-	freeSlot func()
+	// ctx is the fill's context, detached from every client; stop cancels
+	// it, with errAbandoned when every client left (see orphaned). Set by
+	// join before anyone can release the flight.
+	ctx  context.Context
+	stop context.CancelCauseFunc
+	// slot is the upstream request slot the fill holds (gate.go), nil
+	// until it has one.
+	slot atomic.Pointer[slot]
+	// dropped says the fill was abandoned and cancelled (drop).
+	dropped atomic.Bool
 	// max is the longest body the fill takes, tooLarge its failure past it
 	// (Server.fillLimit); set when the fill starts.
 	max      int64
@@ -128,7 +136,10 @@ var errLookAgain = errors.New("the cache changed since the lookup")
 func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint64) (f *flight, joined bool) {
 	s.flightsMu.Lock()
 	if f, ok := s.flights[flightKey{up.id, rel}]; ok {
-		f.refs.Add(1)
+		if f.refs.Add(1) == 2 {
+			// Only its fill held it: it is wanted again, and keeps its slot.
+			f.slot.Load().busy()
+		}
 		s.flightsMu.Unlock()
 		s.met.joins.Inc()
 		if s.onJoin != nil {
@@ -154,6 +165,7 @@ func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint6
 		return f, false
 	}
 	f.refs.Store(2) // the caller and the fill
+	f.ctx, f.stop = context.WithCancelCause(s.fillCtx)
 	s.flights[f.key] = f
 	s.fills.Add(1)
 	s.flightsMu.Unlock()
@@ -172,8 +184,70 @@ func (f *flight) release() {
 	if n == 0 && f.file != nil {
 		f.file.Close()
 	}
+	if n == 1 {
+		f.orphaned()
+	}
 	f.passReleased(n == 0)
 }
+
+// errAbandoned ends a fill whose clients all left (drop).
+var errAbandoned = errors.New("every client of the fill left")
+
+// Stages of registryd_upstream_fills_abandoned_total.
+const (
+	abandonedQueued      = "queued"      // dequeued before it had a slot
+	abandonedDownloading = "downloading" // cancelled to give its slot to a waiting request
+)
+
+// orphaned handles a flight that only its fill holds any more: every
+// client left and nobody joined. A fill still waiting for a slot of the
+// upstream's cap is dropped at once: it would ask the upstream for nobody.
+// One that holds a slot becomes idle (slot.idle): it goes on, so the file
+// is cached for the next build, until a request waits for a slot, which
+// then cancels it. Called when the count of holders falls to one; the
+// fill's own release, at its end, finds the flight done.
+func (f *flight) orphaned() {
+	select {
+	case <-f.done:
+		return
+	default:
+	}
+	if f.stop == nil {
+		return // never had a fill (registryd was closing)
+	}
+	if sl := f.slot.Load(); sl != nil {
+		sl.idle(f.drop)
+		return
+	}
+	f.drop()
+}
+
+// drop cancels an abandoned fill. It leaves the map first, under the lock
+// join takes, so that a request from now on starts a fill of its own
+// rather than join a cancelled one; false when a client joined meanwhile
+// or the flight ended.
+func (f *flight) drop() bool {
+	s := f.s
+	s.flightsMu.Lock()
+	if f.refs.Load() != 1 || s.flights[f.key] != f {
+		s.flightsMu.Unlock()
+		return false
+	}
+	delete(s.flights, f.key)
+	f.dropped.Store(true)
+	s.flightsMu.Unlock()
+	stage := abandonedQueued
+	if f.slot.Load() != nil {
+		stage = abandonedDownloading
+	}
+	s.met.abandoned.WithLabelValues(stage).Inc()
+	f.stop(errAbandoned)
+	return true
+}
+
+// freeSlot gives back the upstream's request slot once the upstream's
+// body is read; safe to call more than once.
+func (f *flight) freeSlot() { f.slot.Load().release() }
 
 // decide publishes the outcome of the upstream's response headers. A
 // streaming flight stays joinable until finish; any other outcome is final,

@@ -29,6 +29,9 @@ func NewHealth(cfg config.Config, log *slog.Logger, now func() time.Time) *upstr
 		// backoff would (and the client hears no longer a pause).
 		MaxRetryAfter: u.MaxBackoff,
 		Threshold:     u.FailureThreshold,
+		PathThreshold: u.PathFailureThreshold,
+		Window:        u.FailureWindow,
+		MaxPaths:      u.MaxFailingPaths,
 		TrialTimeout:  u.ConnectTimeout + u.HeaderTimeout,
 		Now:           now,
 		OnChange:      healthLog(log),
@@ -61,15 +64,17 @@ func healthLog(log *slog.Logger) func(int64, upstream.HealthStatus) {
 
 // judge reports a request's end to the health tracker: an answer (the
 // file, 304, 404, and an answer refused as content: the server is up) is a
-// success; a timeout, a connection failure, 5xx or 429 a failure; anything
-// else (a cancelled fill, a 401) says nothing about the upstream's health.
+// success; a timeout, a connection failure, 5xx or 429 a failure, of the
+// path or of the host (upstream.Classify); anything else (a cancelled
+// fill, a 401, a redirect refused by policy) says nothing about the
+// upstream's health.
 func (s *Server) judge(t upstream.Ticket, err error) {
 	if err == nil {
 		s.health.Success(t)
 		return
 	}
 	if class, after, ok := upstream.Classify(err); ok {
-		s.health.Failure(t, class, failureReason(err), after)
+		s.health.Failure(t, healthFault(class, err, after))
 		return
 	}
 	if errors.Is(err, upstream.ErrNotFound) || errors.Is(err, upstream.ErrBadAnswer) {
@@ -77,4 +82,10 @@ func (s *Server) judge(t upstream.Ticket, err error) {
 		return
 	}
 	s.health.Done(t)
+}
+
+// healthFault describes err for the health tracker.
+func healthFault(class int, err error, retryAfter time.Duration) upstream.Fault {
+	return upstream.Fault{Class: class, Reason: failureReason(err), RetryAfter: retryAfter,
+		Timeout: errors.Is(err, upstream.ErrTimeout)}
 }

@@ -19,16 +19,17 @@ func TestHealthLog(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h := upstream.NewHealth(upstream.HealthOptions{Now: func() time.Time { return now }, OnChange: healthLog(log)})
 
-	tk, _ := h.Begin(7)
-	h.Failure(tk, upstream.FailHard, "Connection timeout", 0)
-	if _, ok := h.Begin(7); ok {
+	host := func(reason string) upstream.Fault { return upstream.Fault{Class: upstream.FailHost, Reason: reason} }
+	tk, _, _ := h.Begin(7, "a")
+	h.Failure(tk, host("Connection timeout"))
+	if _, _, ok := h.Begin(7, "a"); ok {
 		t.Fatal("Begin allowed during the backoff")
 	}
 	now = now.Add(10 * time.Second)
-	tk, _ = h.Begin(7)
-	h.Failure(tk, upstream.FailHard, "Connection refused", 0) // a failed trial: no transition
+	tk, _, _ = h.Begin(7, "a")
+	h.Failure(tk, host("Connection refused")) // a failed trial: no transition
 	now = now.Add(20 * time.Second)
-	tk, _ = h.Begin(7)
+	tk, _, _ = h.Begin(7, "a")
 	h.Success(tk)
 
 	var lines []map[string]any

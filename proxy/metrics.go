@@ -40,6 +40,7 @@ type metrics struct {
 	upstreamDur  *prometheus.HistogramVec
 	refusals     *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
+	abandoned    *prometheus.CounterVec
 	denials      *prometheus.CounterVec
 	merges       *prometheus.CounterVec
 	auditDropped prometheus.Counter
@@ -119,8 +120,14 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "skipped_total",
 			Help: "Upstream requests not sent, by upstream id and reason: unhealthy (backing off), " +
+				"failing_path (the file failed on the upstream lately: its path breaker is open), " +
 				"not_found (remembered 404, the negative cache).",
 		}, []string{"upstream", "reason"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "upstream", Name: "fills_abandoned_total",
+			Help: "Fills whose clients all left and that nobody joined, cancelled, by stage: queued (dequeued " +
+				"before they had a slot of the upstream's cap), downloading (their slot given to a waiting request).",
+		}, []string{"stage"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "rule_denials_total",
 			Help: "Requests for which an upstream's allow/deny rules took it out of resolution, by upstream id.",
@@ -149,7 +156,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Namespace: ns, Subsystem: "upstream", Name: "refusals_total",
 			Help: "Upstream answers refused as a copy of the file, by upstream id and reason: answer (204, " +
 				"unsolicited 206, other 2xx, an encoding not decoded, a body longer than its Content-Length), " +
-				"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable.",
+				"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable, " +
+				"blocked (a redirect to an address upstreams may not reach, or to a URL that is not http(s)).",
 		}, []string{"upstream", "reason"}),
 		fetched: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "upstream", Name: "fetched_bytes_total",
@@ -206,7 +214,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		m.requests, m.upstreamDur, m.fetched, m.joins, m.auditDropped,
 		m.flushErrors, m.storeErrors,
 		m.collectorRuns, m.collectorEntries, m.collectorBlobs, m.collectorFreed, m.collectorErrors,
-		m.leaseWaits, m.filledElsewhere,
+		m.leaseWaits, m.filledElsewhere, m.abandoned,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: "cache", Name: "blobs",
 			Help: "Blob files in DATA_DIR/blobs (each distinct content once).",

@@ -183,8 +183,20 @@ var (
 	upstreamHealthyDesc = prometheus.NewDesc("registryd_upstream_healthy",
 		"1 while the upstream is healthy, 0 while it is skipped after failures (see upstreams.backoff).",
 		[]string{"upstream"}, nil)
+	upstreamFailingPathsDesc = prometheus.NewDesc("registryd_upstream_failing_paths",
+		"Paths of the upstream whose breaker is open: they failed lately and are not asked until their own trial "+
+			"(see upstreams.path_failure_threshold).",
+		[]string{"upstream"}, nil)
 	upstreamActiveDesc = prometheus.NewDesc("registryd_upstream_active_requests",
 		"Requests out to the upstream now (at most upstreams.max_concurrent_requests).",
+		[]string{"upstream"}, nil)
+	upstreamLargeDesc = prometheus.NewDesc("registryd_upstream_large_requests",
+		"Of the requests out to the upstream, those of large bodies (at most upstreams.max_concurrent_requests "+
+			"less upstreams.reserved_small_requests).",
+		[]string{"upstream"}, nil)
+	upstreamIdleDesc = prometheus.NewDesc("registryd_upstream_idle_requests",
+		"Of the requests out to the upstream, fills whose clients all left: they go on into the cache, "+
+			"and give their slot up when another request waits for one.",
 		[]string{"upstream"}, nil)
 	upstreamQueuedDesc = prometheus.NewDesc("registryd_upstream_queued_requests",
 		"Requests waiting for a free slot of the upstream's cap.",
@@ -205,7 +217,7 @@ func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
 		v.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{registryInfoDesc, upstreamInfoDesc, upstreamHealthyDesc,
-		upstreamActiveDesc, upstreamQueuedDesc, negativeEntriesDesc} {
+		upstreamFailingPathsDesc, upstreamActiveDesc, upstreamLargeDesc, upstreamIdleDesc, upstreamQueuedDesc, negativeEntriesDesc} {
 		ch <- d
 	}
 }
@@ -222,13 +234,17 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, u := range cat.Upstreams {
 			id := idLabel(u.ID)
 			ch <- prometheus.MustNewConstMetric(upstreamInfoDesc, prometheus.GaugeValue, 1, id, idLabel(u.GroupID), u.Name)
+			st := c.g.health(u.ID)
 			healthy := 1.0
-			if c.g.health(u.ID).State != upstream.Healthy {
+			if st.State != upstream.Healthy {
 				healthy = 0
 			}
 			ch <- prometheus.MustNewConstMetric(upstreamHealthyDesc, prometheus.GaugeValue, healthy, id)
+			ch <- prometheus.MustNewConstMetric(upstreamFailingPathsDesc, prometheus.GaugeValue, float64(st.FailingPaths), id)
 			l := load[u.ID]
 			ch <- prometheus.MustNewConstMetric(upstreamActiveDesc, prometheus.GaugeValue, float64(l.active), id)
+			ch <- prometheus.MustNewConstMetric(upstreamLargeDesc, prometheus.GaugeValue, float64(l.bulk), id)
+			ch <- prometheus.MustNewConstMetric(upstreamIdleDesc, prometheus.GaugeValue, float64(l.idle), id)
 			ch <- prometheus.MustNewConstMetric(upstreamQueuedDesc, prometheus.GaugeValue, float64(l.waiting), id)
 		}
 	}

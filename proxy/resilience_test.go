@@ -37,19 +37,23 @@ func resetConn(w http.ResponseWriter, _ *http.Request) {
 }
 
 // A build behind a broken first upstream (hung, resetting, refusing
-// connections) pays for it once, not once per file: the first request
-// marks the upstream unhealthy (a timed-out request is not retried), the
-// next ones skip it at once; after the backoff one trial finds it repaired
-// and it is used again.
-func TestBrokenUpstreamCostsOneFailure(t *testing.T) {
+// connections) pays for it a few times, not once per file. A connection
+// that cannot be made says the host is down: the first request marks the
+// upstream unhealthy. A hang or a reset once connected may be one file's
+// (a repository whose remote for that file is broken): the upstream is
+// marked once upstreams.failure_threshold (3) distinct files failed in a
+// row. The next ones skip it at once; after the backoff one trial finds it
+// repaired and it is used again.
+func TestBrokenUpstreamCostsFewFailures(t *testing.T) {
 	for _, c := range []struct {
 		name, lastError string
 		handler         func(http.ResponseWriter, *http.Request)
 		down            bool
+		failed          int // files that failed before the upstream was marked
 	}{
-		{name: "hang", lastError: "Connection timeout", handler: hang},
-		{name: "reset", lastError: "Connection reset by peer", handler: resetConn},
-		{name: "refused", lastError: "Connection refused", down: true},
+		{name: "hang", lastError: "Connection timeout", handler: hang, failed: 3},
+		{name: "reset", lastError: "Connection reset by peer", handler: resetConn, failed: 3},
+		{name: "refused", lastError: "Connection refused", down: true, failed: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, func(c *config.Config) { c.Upstreams.HeaderTimeout = 300 * time.Millisecond })
@@ -72,14 +76,20 @@ func TestBrokenUpstreamCostsOneFailure(t *testing.T) {
 			// net/http may retry a request that died on a kept-alive
 			// connection before any answer, once, on a new connection; a
 			// timed-out one never.
-			if n := broken.total(); n > 2 || (c.handler != nil && n < 1) || (c.name == "hang" && n != 1) {
-				t.Fatalf("the broken upstream got %d requests for 5 files", n)
+			for i, p := range paths[:5] {
+				n, want := broken.calls(p), 0
+				if i < c.failed && !c.down {
+					want = 1
+				}
+				if n < want || n > 2*want || (c.name == "hang" && n != want) {
+					t.Fatalf("the broken upstream got %d requests for file %d, want %d", n, i+1, want)
+				}
 			}
 			if st := e.srv.health.Status(hid); st.State != "unhealthy" || st.LastError != c.lastError {
 				t.Fatalf("health %+v", st)
 			}
-			if n := e.metric("registryd_upstream_skipped_total", "upstream", strconv.FormatInt(hid, 10), "reason", "unhealthy"); n != 4 {
-				t.Fatalf("skipped %v, want 4", n)
+			if n := e.metric("registryd_upstream_skipped_total", "upstream", strconv.FormatInt(hid, 10), "reason", "unhealthy"); n != float64(5-c.failed) {
+				t.Fatalf("skipped %v, want %d", n, 5-c.failed)
 			}
 			if n := e.metric("registryd_upstream_healthy", "upstream", strconv.FormatInt(hid, 10)); n != 0 {
 				t.Fatalf("registryd_upstream_healthy %v, want 0", n)
@@ -105,7 +115,10 @@ func TestBrokenUpstreamCostsOneFailure(t *testing.T) {
 
 // A revalidation waits for the upstream's answer at most check_timeout:
 // with a header timeout of an hour, a hung upstream would otherwise hold
-// the stale hit for that hour (and this test past its deadline).
+// the stale hit for that hour (and this test past its deadline). One hung
+// revalidation says nothing of the upstream's other files: it stays
+// healthy; the file's own breaker opens on its second failure, and its
+// stale hits then do not ask at all.
 func TestRevalidationBoundedByCheckTimeout(t *testing.T) {
 	e := newEnv(t, func(c *config.Config) {
 		c.Upstreams.HeaderTimeout = time.Hour
@@ -120,19 +133,36 @@ func TestRevalidationBoundedByCheckTimeout(t *testing.T) {
 
 	e.clock.Advance(2 * time.Hour)
 	up.set(jarPath, fakeFile{custom: hang})
-	e.get(jarPath).expect(t, 200).expectBody(t, string(body))
-	if n := e.metric("registryd_cache_lookups_total", "result", "stale"); n != 1 {
-		t.Fatalf("stale %v, want 1", n)
+	for i := 1; i <= 2; i++ {
+		e.get(jarPath).expect(t, 200).expectBody(t, string(body))
+		if n := e.metric("registryd_cache_lookups_total", "result", "stale"); n != float64(i) {
+			t.Fatalf("stale %v, want %d", n, i)
+		}
+		if st := e.srv.health.Status(uid); st.State != "healthy" {
+			t.Fatalf("after %d hung revalidation(s): %+v", i, st)
+		}
 	}
-	// Unhealthy now: the next stale hit does not ask at all.
-	calls := up.calls(jarPath)
+	if up.calls(jarPath) != 3 {
+		t.Fatalf("%d requests for the file, want the fill and two revalidations", up.calls(jarPath))
+	}
+	// The file's breaker is open: the next stale hit does not ask.
 	e.get(jarPath).expect(t, 200).expectBody(t, string(body))
-	if up.calls(jarPath) != calls {
-		t.Fatal("an unhealthy upstream was asked to revalidate")
+	if up.calls(jarPath) != 3 {
+		t.Fatal("a file whose breaker is open was asked to revalidate")
+	}
+	if n := e.metric("registryd_upstream_skipped_total", "upstream", strconv.FormatInt(uid, 10), "reason", "failing_path"); n != 1 {
+		t.Fatalf("skipped for the failing path %v, want 1", n)
+	}
+	if n := e.metric("registryd_upstream_failing_paths", "upstream", strconv.FormatInt(uid, 10)); n != 1 {
+		t.Fatalf("registryd_upstream_failing_paths %v, want 1", n)
 	}
 	if after, ok := e.entry(uid, "/"+jarPath); !ok || after.SHA256 != before.SHA256 || !after.CheckedAt.Equal(before.CheckedAt) {
 		t.Fatalf("the stored copy changed: %+v -> %+v", before, after)
 	}
+	// Other files of the upstream are fetched as ever.
+	other := "org/example/other/1.0/other-1.0.jar"
+	up.set(other, fakeFile{body: jarBytes(other, 1024)})
+	e.get(other).expect(t, 200).expectBody(t, string(jarBytes(other, 1024)))
 	e.noBrokenState()
 }
 
@@ -210,7 +240,8 @@ func TestNegativeCache(t *testing.T) {
 		t.Fatalf("metadata asked %d times after its TTL, want 2", a.calls(meta))
 	}
 
-	// A 5xx is not absence: asked again every time.
+	// A 5xx is not absence: asked again (until the path's breaker opens,
+	// upstreams.path_failure_threshold, 2), and never answered 404.
 	flaky := "org/example/flaky/1.0/flaky-1.0.pom"
 	a.set(flaky, fakeFile{status: 500})
 	e.get(flaky).expect(t, 502)
@@ -218,13 +249,18 @@ func TestNegativeCache(t *testing.T) {
 	if a.calls(flaky) != 2 {
 		t.Fatalf("a 500 was remembered: %d calls", a.calls(flaky))
 	}
+	e.get(flaky).expect(t, 502)
 }
 
 // No more than upstreams.max_concurrent_requests requests are out to one
-// upstream; the others queue and are all served.
+// upstream; the others queue and are all served. (No slot is reserved for
+// small files here: TestSmallFileNotBehindAbandonedDownloads tests that.)
 func TestUpstreamRequestCap(t *testing.T) {
 	const limit, n = 2, 6
-	e := newEnv(t, func(c *config.Config) { c.Upstreams.MaxConcurrentRequests = limit })
+	e := newEnv(t, func(c *config.Config) {
+		c.Upstreams.MaxConcurrentRequests = limit
+		c.Upstreams.ReservedSmallRequests = 0
+	})
 	up := newFakeUpstream(t)
 	var cur, peak atomic.Int32
 	release := make(chan struct{})

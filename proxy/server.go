@@ -126,6 +126,9 @@ type Server struct {
 	// spillStall is how long an uncached fill waits for its readers
 	// (passthrough.go): spillStall, shorter in tests.
 	spillStall time.Duration
+	// clientPoll is how often a request waiting for a fill looks whether
+	// its client left (clientgone.go): clientPoll, shorter in tests.
+	clientPoll time.Duration
 	uncached   *uncachedSums // digests of files streamed uncached, for their sidecars
 	// collectMu serialises collector batches: eviction measures what was
 	// freed once its batch returns, which must include a batch a
@@ -189,7 +192,8 @@ func New(d Deps) (*Server, error) {
 	if s.health == nil {
 		s.health = NewHealth(d.Config, d.Logger, d.Now)
 	}
-	s.gates = newGates(d.Config.Upstreams.MaxConcurrentRequests)
+	u := d.Config.Upstreams
+	s.gates = newGates(u.MaxConcurrentRequests, u.ReservedSmallRequests, int64(u.SmallFileBytes))
 	s.leaseSlots = newLeaseSlots(d.Config.Store.Postgres.MaxLocks)
 	if s.marks, err = newPathMemory(); err != nil {
 		return nil, err
@@ -224,6 +228,7 @@ func New(d Deps) (*Server, error) {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	s.spillStall, s.uncached = spillStall, newUncachedSums(d.Store.ForgetEpoch)
+	s.clientPoll = clientPoll
 	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}

@@ -38,6 +38,7 @@ func (e *refusedError) Error() string { return "upstream answer refused: " + e.r
 // Labels of registryd_upstream_refusals_total.
 const (
 	refusedAnswer      = "answer"       // refused by the upstream client (status, encoding, length)
+	refusedBlocked     = "blocked"      // a redirect (or the upstream's name) to an address registryd does not connect to
 	refusedType        = "content_type" // a text or HTML media type for a file that is not text
 	refusedHTML        = "html_body"    // a body that starts like an HTML page
 	refusedEmpty       = "empty_body"   // no bytes at all for a binary file
@@ -51,8 +52,11 @@ const (
 func (s *Server) refuse(f *flight, err error) error {
 	label := refusedAnswer
 	var re *refusedError
-	if errors.As(err, &re) {
+	switch {
+	case errors.As(err, &re):
 		label = re.label
+	case errors.Is(err, upstream.ErrBlocked):
+		label = refusedBlocked
 	}
 	s.met.refusals.WithLabelValues(f.up.label, label).Inc()
 	s.log.Warn("upstream answer refused; nothing cached", "upstream", f.up.id, "path", f.relSlash,

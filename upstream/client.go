@@ -406,12 +406,16 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 	errURL := displayURL(target)
 
 	// The connection the final answer came on (the last one obtained:
-	// redirects and retries get their own), when it is a plain one.
+	// redirects and retries get their own), when it is a plain one; and
+	// whether any was obtained, which tells a host that cannot be reached
+	// from a failure once connected (NetError.Unreached).
 	var conn atomic.Pointer[countConn]
+	var connected atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			cc, _ := info.Conn.(*countConn)
 			conn.Store(cc)
+			connected.Store(true)
 		},
 	}))
 
@@ -423,6 +427,7 @@ func (c *Client) fetch(ctx context.Context, method string, ep Endpoint, relPath,
 			hr.Body.Close()
 		}
 		nerr := newNetError(method, errURL, err)
+		nerr.unreached = !connected.Load()
 		c.log.LogAttrs(ctx, slog.LevelDebug, "upstream request",
 			slog.String("method", method), slog.String("upstream", display),
 			slog.String("path", relPath), slog.Int("status", 0),
@@ -584,6 +589,12 @@ func Join(base, relPath string) string {
 func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) > c.maxRedirects {
 		return ErrTooManyRedirects
+	}
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		// Refused here, as a policy (ErrBlocked), rather than as the
+		// transport's "unsupported protocol scheme", which would read as a
+		// connection failure.
+		return &URLError{Reason: ReasonInvalid}
 	}
 	orig := via[0].URL
 	left := !sameOrigin(orig, req.URL)

@@ -39,6 +39,13 @@ var (
 	// ErrTooManyRedirects: more than MaxRedirects redirects (a loop, usually).
 	// errors.Is(ErrTooManyRedirects, ErrUnavailable) is true.
 	ErrTooManyRedirects error = &kindError{msg: "upstream: too many redirects", parent: ErrUnavailable}
+	// ErrBlocked: a request registryd refused to send on, by its own policy
+	// rather than for anything the upstream failed to do: the upstream's
+	// name, or a redirect, leads to an address upstreams may not reach
+	// (Options.AllowLocalNetwork), or a redirect to a URL that is not
+	// http(s). errors.Is(ErrBlocked, ErrUnavailable) is true; it says
+	// nothing about the upstream's health.
+	ErrBlocked error = &kindError{msg: "upstream: blocked by policy", parent: ErrUnavailable}
 	// ErrBadAnswer: the upstream answered, but not with a usable copy of the
 	// file (204, an unsolicited 206 or 304, another 2xx, an encoding we do
 	// not decode, a body longer than its Content-Length, a body that does not
@@ -105,6 +112,11 @@ type NetError struct {
 	Reason string // short, human, safe to show: "Connection refused", "Connection timeout", ...
 	Err    error  // the cause; never an *url.Error, so no URL (and no userinfo) hides in it
 	kind   error
+	// unreached: no connection to the upstream's own host was made (the
+	// name did not resolve, the connect or the TLS handshake failed or
+	// timed out). Any failure after one was made, on it or on a
+	// redirect's, is not.
+	unreached bool
 }
 
 func (e *NetError) Error() string { return "upstream " + e.Op + " " + e.URL + ": " + e.Reason }
@@ -113,6 +125,12 @@ func (e *NetError) Unwrap() []error { return []error{e.kind, e.Err} }
 
 // Timeout reports whether the failure was a timeout, for net.Error-style checks.
 func (e *NetError) Timeout() bool { return errors.Is(e.kind, ErrTimeout) }
+
+// Unreached reports whether no connection to the upstream's host could be
+// made at all (DNS, refused, connect or TLS failure or timeout): a verdict
+// on the host, whatever the path, unlike a failure once connected (a reset,
+// a wait for the answer that timed out), which may be one path's.
+func (e *NetError) Unreached() bool { return e.unreached }
 
 // newNetError classifies a transport error. The *url.Error wrapper is
 // dropped: its text carries the request URL, and ours is already redacted.
@@ -144,7 +162,10 @@ func classify(err error) (kind error, reason string) {
 	case errors.Is(err, ErrTooManyRedirects):
 		return ErrTooManyRedirects, "Too many redirects"
 	case errors.As(err, &blocked):
-		return ErrUnavailable, blocked.Reason
+		if blocked.Reason == ReasonInvalid {
+			return ErrBlocked, "Redirected to a URL that is not http(s)"
+		}
+		return ErrBlocked, blocked.Reason
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return ErrTimeout, "Connection timeout"
 	case errors.Is(err, context.Canceled):

@@ -27,7 +27,8 @@ func TestClassify(t *testing.T) {
 		reason string
 	}{
 		{"redirects", fmt.Errorf("x: %w", ErrTooManyRedirects), ErrTooManyRedirects, "Too many redirects"},
-		{"blocked", &net.OpError{Op: "dial", Err: &URLError{Reason: ReasonLocalNetwork}}, ErrUnavailable, ReasonLocalNetwork},
+		{"blocked", &net.OpError{Op: "dial", Err: &URLError{Reason: ReasonLocalNetwork}}, ErrBlocked, ReasonLocalNetwork},
+		{"redirect not http", &URLError{Reason: ReasonInvalid}, ErrBlocked, "Redirected to a URL that is not http(s)"},
 		{"deadline", context.DeadlineExceeded, ErrTimeout, "Connection timeout"},
 		{"net timeout", &net.DNSError{Err: "timeout", IsTimeout: true}, ErrTimeout, "Connection timeout"},
 		{"canceled", context.Canceled, ErrUnavailable, "Request canceled"},

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"registryd/internal/sockpeek"
 )
 
 // This file detects bodies longer than their Content-Length on plain
@@ -216,7 +218,7 @@ func statusCode(line []byte) int {
 // without consuming them or blocking. Called with c.mu held, by the goroutine
 // that owns the connection's reads at that moment.
 func (c *countConn) pending() bool {
-	return c.raw != nil && peekPending(c.raw)
+	return c.raw != nil && sockpeek.Peek(c.raw) == sockpeek.Pending
 }
 
 func (c *countConn) retire(ck *lengthCheck) {

@@ -301,7 +301,7 @@ func readN(t *testing.T, c net.Conn, n int) []byte {
 func waitPending(t *testing.T, c *countConn) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !peekPending(c.raw) {
+	for !c.pending() {
 		if time.Now().After(deadline) {
 			t.Fatal("bytes never arrived")
 		}
