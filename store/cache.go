@@ -60,16 +60,48 @@ func refsAdd(tx kv.Tx, sha string, delta int64) (int64, error) {
 // PutCacheEntry creates or replaces the entry for (upstream, relative path).
 // A replaced entry keeps its creation time and download count. The blob must
 // already be durable in the blob store.
+// It may share its transaction with concurrent entry writes (batch.go).
 func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
+	out, _, err := s.putEntryReplacing(e)
+	return out, err
+}
+
+// putEntryReplacing is PutCacheEntry that also returns the digest of the
+// blob the replaced entry pointed at, when that blob lost its last reference.
+func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
 	now := s.clock()
+	var freed string
 	in := e
-	// putCacheEntryTx adds the old entry's downloads to e: each run of the
-	// transaction (kv may retry it) starts from the caller's entry.
-	err := s.update(false, true, func(tx kv.Tx) error { e = in; return putCacheEntryTx(tx, &e, now) })
-	return e, err
+	err := s.updateBatched(true, func(tx kv.Tx) error {
+		// writeCacheEntryTx adds the old entry's downloads to e: each run
+		// of the function (kv may run it again, and so may a batch) starts
+		// from the caller's entry.
+		e, freed = in, ""
+		if err := checkCacheEntryTx(tx, &e); err != nil {
+			return unwritten(err)
+		}
+		var old CacheEntry
+		had := getJSON(tx.Bucket(bktCacheEntries), cacheKey(e.UpstreamID, e.RelativePath), &old)
+		if err := writeCacheEntryTx(tx, &e, now); err != nil {
+			return err
+		}
+		if had && old.SHA256 != e.SHA256 && tx.Bucket(bktBlobRefs).Get([]byte(old.SHA256)) == nil {
+			freed = old.SHA256
+		}
+		return nil
+	})
+	return e, freed, err
 }
 
 func putCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
+	if err := checkCacheEntryTx(tx, e); err != nil {
+		return err
+	}
+	return writeCacheEntryTx(tx, e, now)
+}
+
+// checkCacheEntryTx validates e and sets its group, writing nothing.
+func checkCacheEntryTx(tx kv.Tx, e *CacheEntry) error {
 	if e.RelativePath == "" || e.RelativePath[0] != '/' || len(e.RelativePath) > MaxRelativePath {
 		return invalid("relative_path", "is invalid")
 	}
@@ -84,6 +116,11 @@ func putCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
 		return notFound("Upstream")
 	}
 	e.GroupID = u.GroupID
+	return nil
+}
+
+// writeCacheEntryTx writes e, checked by checkCacheEntryTx.
+func writeCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
 	e.Invalidated = false
 	mark, marked := purgeMarkTx(tx, e.UpstreamID)
 	e.PurgeEpoch = 0
@@ -163,14 +200,15 @@ func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok
 }
 
 // TouchCacheEntry records a successful revalidation at checkedAt; an
-// invalidated entry is valid again.
+// invalidated entry is valid again. It may share its transaction with
+// concurrent entry writes (batch.go).
 func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time) error {
-	return s.update(false, true, func(tx kv.Tx) error {
+	return s.updateBatched(true, func(tx kv.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
 		if !liveEntryTx(tx, key, &e) {
-			return notFound("Cache entry")
+			return unwritten(notFound("Cache entry"))
 		}
 		e.CheckedAt = checkedAt.UTC().Truncate(time.Millisecond)
 		e.Invalidated = false
