@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -79,6 +80,10 @@ func (s *Server) FlushDownloads() error {
 	}
 	if err := s.st.AddDownloads(batch); err != nil {
 		s.met.flushErrors.Inc()
+		// The counts written before the failure stay written.
+		if nw := (*store.DownloadsNotWritten)(nil); errors.As(err, &nw) {
+			batch = nw.Rest
+		}
 		s.downloads.mu.Lock()
 		for _, b := range batch {
 			k := downloadKey{b.UpstreamID, b.Rel}

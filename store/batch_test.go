@@ -323,3 +323,34 @@ func TestGroupCommitTouchAndPurge(t *testing.T) {
 		t.Errorf("BatchStats = %+v: a touch of a purged entry made the batch run it alone", st)
 	}
 }
+
+// TestAddDownloadsInChunks: a flush of more entries than downloadChunk is
+// written in several transactions (none holds the writer for the whole
+// flush), and every count arrives.
+func TestAddDownloadsInChunks(t *testing.T) {
+	const n = 2*downloadChunk + 10
+	s, db := openCounting(t, Options{})
+	g := topGroup(t, s, "acme")
+	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
+	u := up(t, s, r.ID, "https://repo.example.com/maven2")
+	var entries []CacheEntry
+	var counts []DownloadCount
+	at := time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)
+	for i := range n {
+		rel := fmt.Sprintf("/g/%d.pom", i)
+		entries = append(entries, CacheEntry{UpstreamID: u.ID, RelativePath: rel, SHA256: sha(rel), Size: 1})
+		counts = append(counts, DownloadCount{UpstreamID: u.ID, Rel: rel, Count: int64(i + 1), Last: at})
+	}
+	noErr(t, s.PutCacheEntries(entries))
+	before := db.commits.Load()
+	noErr(t, s.AddDownloads(counts))
+	if got := db.commits.Load() - before; got != 3 {
+		t.Errorf("%d counts took %d transactions, want 3", n, got)
+	}
+	for i := range n {
+		e := ok(s.CacheEntry(u.ID, fmt.Sprintf("/g/%d.pom", i)))(t)
+		if e.DownloadsCount != int64(i+1) || e.DownloadedAt == nil || !e.DownloadedAt.Equal(at) {
+			t.Fatalf("entry %d: %d downloads at %v, want %d at %v", i, e.DownloadsCount, e.DownloadedAt, i+1, at)
+		}
+	}
+}

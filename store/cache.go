@@ -287,39 +287,62 @@ type DownloadCount struct {
 	Last       time.Time
 }
 
-// AddDownloads adds batched download counts in one transaction. Counts for
-// entries that are gone are dropped.
+// downloadChunk is how many entries' counts one write of AddDownloads
+// carries: a flush of many distinct entries must not hold the writer for
+// long in one transaction (about 30 µs an entry on bbolt).
+const downloadChunk = 256
+
+// AddDownloads adds batched download counts, downloadChunk entries per
+// write; each write may share its transaction with concurrent entry writes
+// (batch.go). Counts for entries that are gone are dropped. On a failure,
+// the counts not written are in the error's *DownloadsNotWritten.
 func (s *Store) AddDownloads(batch []DownloadCount) error {
-	if len(batch) == 0 {
-		return nil
+	for len(batch) > 0 {
+		chunk := batch[:min(len(batch), downloadChunk)]
+		if err := s.updateBatched(false, func(tx kv.Tx) error { return addDownloadsTx(tx, chunk) }); err != nil {
+			return &DownloadsNotWritten{Rest: batch, Err: err}
+		}
+		batch = batch[len(chunk):]
 	}
-	return s.db.Update(func(tx kv.Tx) error {
-		b := tx.Bucket(bktCacheEntries)
-		use := tx.Bucket(bktCacheByUse)
-		for _, d := range batch {
-			key := cacheKey(d.UpstreamID, d.Rel)
-			var e CacheEntry
-			if !liveEntryTx(tx, key, &e) {
-				continue
+	return nil
+}
+
+// DownloadsNotWritten is AddDownloads's failure: Rest are the counts not
+// written (the ones before them were).
+type DownloadsNotWritten struct {
+	Rest []DownloadCount
+	Err  error
+}
+
+func (e *DownloadsNotWritten) Error() string { return e.Err.Error() }
+func (e *DownloadsNotWritten) Unwrap() error { return e.Err }
+
+func addDownloadsTx(tx kv.Tx, batch []DownloadCount) error {
+	b := tx.Bucket(bktCacheEntries)
+	use := tx.Bucket(bktCacheByUse)
+	for _, d := range batch {
+		key := cacheKey(d.UpstreamID, d.Rel)
+		var e CacheEntry
+		if !liveEntryTx(tx, key, &e) {
+			continue
+		}
+		e.DownloadsCount += d.Count
+		last := d.Last.UTC().Truncate(time.Millisecond)
+		if e.DownloadedAt == nil || last.After(*e.DownloadedAt) {
+			// The entry moves in the least-recently-used order.
+			if err := use.Delete(cacheUseKey(&e)); err != nil {
+				return err
 			}
-			e.DownloadsCount += d.Count
-			last := d.Last.UTC().Truncate(time.Millisecond)
-			if e.DownloadedAt == nil || last.After(*e.DownloadedAt) {
-				// The entry moves in the least-recently-used order.
-				if err := use.Delete(cacheUseKey(&e)); err != nil {
-					return err
-				}
-				e.DownloadedAt = &last
-				if err := use.Put(cacheUseKey(&e), emptyValue); err != nil {
-					return err
-				}
-			}
-			if err := putJSON(b, key, e); err != nil {
+			e.DownloadedAt = &last
+			if err := use.Put(cacheUseKey(&e), emptyValue); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
+		if err := putJSON(b, key, e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CacheStats are read at scrape time.
