@@ -512,6 +512,9 @@ type CollectResult struct {
 	BlobsRemoved int   // blob files unlinked
 	BytesFreed   int64 // size of those files
 	More         bool  // entries still wait for destruction
+	// Busy is the batch's own work: its transaction from its start to its
+	// commit (not the wait for the index's writer) and the unlinks.
+	Busy time.Duration
 }
 
 // collectUnlinkers is how many blob files Collect unlinks at once. An unlink
@@ -529,10 +532,11 @@ const collectUnlinkers = 4
 // OrphanGrace the orphan sweep runs (SweepOrphans).
 func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	c, err := s.CollectPending(max)
-	out := CollectResult{Entries: c.Entries, More: c.More}
+	out := CollectResult{Entries: c.Entries, More: c.More, Busy: c.Busy}
 	if err != nil {
 		return out, err
 	}
+	unlinking := time.Now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	next := make(chan string)
@@ -560,6 +564,7 @@ func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	}
 	close(next)
 	wg.Wait()
+	out.Busy += time.Since(unlinking)
 	if b.remote != nil {
 		return out, b.collectOrphans(s, &out)
 	}
