@@ -21,8 +21,9 @@ import (
 // release.
 type heldDB struct {
 	kv.DB
-	mu   sync.Mutex
-	gate chan struct{} // nil: writes go through
+	mu      sync.Mutex
+	gate    chan struct{} // nil: writes go through
+	waiting chan struct{} // a value each time a write starts waiting (dropped when full)
 }
 
 func newHeldDB(t testing.TB) *heldDB {
@@ -30,7 +31,7 @@ func newHeldDB(t testing.TB) *heldDB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &heldDB{DB: db}
+	return &heldDB{DB: db, waiting: make(chan struct{}, 64)}
 }
 
 func (d *heldDB) hold() {
@@ -53,6 +54,10 @@ func (d *heldDB) Update(fn func(kv.Tx) error) error {
 	g := d.gate
 	d.mu.Unlock()
 	if g != nil {
+		select {
+		case d.waiting <- struct{}{}:
+		default:
+		}
 		<-g
 	}
 	return d.DB.Update(fn)

@@ -134,6 +134,9 @@ type Server struct {
 	// onComplete, when set (by tests), runs in a fill once its body is
 	// complete on disk, before the blob is hashed, fsynced and published.
 	onComplete func()
+	// onRest, when set (by tests), is told each rest of the collector and
+	// the evictor before it starts.
+	onRest func(time.Duration)
 
 	bgMu          sync.Mutex
 	flusherStop   chan struct{}
