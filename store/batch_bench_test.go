@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -77,4 +78,66 @@ func BenchmarkGroupCommit(b *testing.B) {
 			b.ReportMetric(batched/alone, "speedup")
 		})
 	}
+}
+
+// BenchmarkAdminWriteUnderFills measures how long a write of its own (an
+// admin change: a group created) takes while groupCommitWriters goroutines
+// commit entries without a pause, group commit off and on, in the same run;
+// it reports the median and the 99th percentile of 200 such writes:
+//
+//	go test -run '^$' -bench BenchmarkAdminWriteUnderFills -benchtime 1x ./store/
+func BenchmarkAdminWriteUnderFills(b *testing.B) {
+	const writers, admins = 64, 200
+	latencies := func(o Options, round int) (p50, p99 time.Duration) {
+		s, _ := openCounting(b, o)
+		g := topGroup(b, s, "acme")
+		r := ok(s.CreateRegistry(g.ID, "main", ""))(b)
+		u := up(b, s, r.ID, "https://repo.example.com/maven2")
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					rel := fmt.Sprintf("/g/%d/%d.pom", w, i)
+					if _, err := s.PutCacheEntry(CacheEntry{UpstreamID: u.ID, RelativePath: rel, SHA256: sha(rel), Size: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		var took []time.Duration
+		for i := range admins {
+			start := time.Now()
+			if _, err := s.CreateGroup(NewGroup{Name: fmt.Sprintf("g%d-%d", round, i), Path: fmt.Sprintf("g%d-%d", round, i)}); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(stop)
+		wg.Wait()
+		s.Close()
+		slices.Sort(took)
+		return took[len(took)/2], took[len(took)*99/100]
+	}
+	var alone50, alone99, batched50, batched99 time.Duration
+	for i := 0; i < b.N; i++ {
+		p50, p99 := latencies(Options{BatchMaxEntries: 1}, i)
+		alone50, alone99 = alone50+p50, alone99+p99
+		p50, p99 = latencies(Options{}, i)
+		batched50, batched99 = batched50+p50, batched99+p99
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / float64(time.Millisecond) }
+	b.ReportMetric(ms(alone50), "alone_p50_ms")
+	b.ReportMetric(ms(alone99), "alone_p99_ms")
+	b.ReportMetric(ms(batched50), "batched_p50_ms")
+	b.ReportMetric(ms(batched99), "batched_p99_ms")
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -351,6 +352,51 @@ func TestAddDownloadsInChunks(t *testing.T) {
 		e := ok(s.CacheEntry(u.ID, fmt.Sprintf("/g/%d.pom", i)))(t)
 		if e.DownloadsCount != int64(i+1) || e.DownloadedAt == nil || !e.DownloadedAt.Equal(at) {
 			t.Fatalf("entry %d: %d downloads at %v, want %d at %v", i, e.DownloadsCount, e.DownloadedAt, i+1, at)
+		}
+	}
+}
+
+// TestGroupCommitLetsOtherWritersIn: while batched writes keep the writer
+// busy without a pause, a write of its own (an admin change) commits after
+// a few batches at most, not after the backlog: a batch holds bbolt's
+// writer for one bounded transaction at a time, and bbolt's writer lock
+// (a sync.Mutex) hands itself to a writer that has waited over a
+// millisecond. The bound is counted in batches, not in time.
+func TestGroupCommitLetsOtherWritersIn(t *testing.T) {
+	boltOnly(t, "PostgreSQL runs the other writer's transaction beside the batches")
+	const writers = 64
+	s, _ := openCounting(t, Options{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := s.updateBatched(false, func(tx kv.Tx) error {
+					return tx.Bucket(bktMeta).Put(fmt.Appendf(nil, "test-%d-%d", w, i%100), []byte{1})
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	// Wait until the batches run back to back.
+	for s.BatchStats().Commits < 20 {
+		runtime.Gosched()
+	}
+	for i := range 10 {
+		before := s.BatchStats().Commits
+		topGroup(t, s, fmt.Sprintf("g%d", i))
+		if n := s.BatchStats().Commits - before; n > 4 {
+			t.Fatalf("a write of its own waited for %d batches", n)
 		}
 	}
 }
