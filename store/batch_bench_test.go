@@ -26,13 +26,8 @@ func BenchmarkGroupCommit(b *testing.B) {
 		groupCommitWriters = 64
 	)
 	rate := func(o Options, round int, indexOnly bool) float64 {
-		s, _ := openCounting(b, o)
-		blobs, err := OpenBlobs(b.TempDir())
-		noErr(b, err)
-		g := topGroup(b, s, "acme")
-		r := ok(s.CreateRegistry(g.ID, "main", ""))(b)
-		u := up(b, s, r.ID, "https://repo.example.com/maven2")
-		e := blobEnv{s: s, b: blobs, up: u.ID}
+		e, _ := countingBlobEnv(b, o)
+		s := e.s
 		next := make(chan int)
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -44,7 +39,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 					rel, content := fmt.Sprintf("/g/a/%d/a-%d.pom", i, i), fmt.Sprintf("<project>%d %d</project>", round, i)
 					var err error
 					if indexOnly {
-						_, err = s.PutCacheEntry(CacheEntry{UpstreamID: u.ID, RelativePath: rel, SHA256: sha(content), Size: int64(len(content))})
+						_, err = s.PutCacheEntry(CacheEntry{UpstreamID: e.up, RelativePath: rel, SHA256: sha(content), Size: int64(len(content))})
 					} else {
 						_, err = e.tryPublish(rel, content)
 					}
@@ -89,30 +84,13 @@ func BenchmarkGroupCommit(b *testing.B) {
 func BenchmarkAdminWriteUnderFills(b *testing.B) {
 	const writers, admins = 64, 200
 	latencies := func(o Options, round int) (p50, p99 time.Duration) {
-		s, _ := openCounting(b, o)
-		g := topGroup(b, s, "acme")
-		r := ok(s.CreateRegistry(g.ID, "main", ""))(b)
-		u := up(b, s, r.ID, "https://repo.example.com/maven2")
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for w := range writers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					rel := fmt.Sprintf("/g/%d/%d.pom", w, i)
-					if _, err := s.PutCacheEntry(CacheEntry{UpstreamID: u.ID, RelativePath: rel, SHA256: sha(rel), Size: 1}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
+		e, _ := countingBlobEnv(b, o)
+		s := e.s
+		stop := keepWriting(b, writers, func(w, i int) error {
+			rel := fmt.Sprintf("/g/%d/%d.pom", w, i)
+			_, err := s.PutCacheEntry(CacheEntry{UpstreamID: e.up, RelativePath: rel, SHA256: sha(rel), Size: 1})
+			return err
+		})
 		var took []time.Duration
 		for i := range admins {
 			start := time.Now()
@@ -122,8 +100,7 @@ func BenchmarkAdminWriteUnderFills(b *testing.B) {
 			took = append(took, time.Since(start))
 			time.Sleep(5 * time.Millisecond)
 		}
-		close(stop)
-		wg.Wait()
+		stop()
 		s.Close()
 		slices.Sort(took)
 		return took[len(took)/2], took[len(took)*99/100]

@@ -52,6 +52,18 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 	return s, c
 }
 
+// countingBlobEnv is a blobEnv (one registry, one upstream, a blob store)
+// on openCounting's store.
+func countingBlobEnv(t testing.TB, o Options) (blobEnv, *countingDB) {
+	t.Helper()
+	s, db := openCounting(t, o)
+	b, err := OpenBlobs(t.TempDir())
+	noErr(t, err)
+	g := topGroup(t, s, "acme")
+	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
+	return blobEnv{s: s, b: b, up: up(t, s, r.ID, "https://repo.example.com/maven2").ID}, db
+}
+
 // holdFirstBatch makes the batcher's first batch wait until n writes are
 // queued (the one in the batch included), so that the rest pile up behind
 // it as they do behind a slow commit.
@@ -74,13 +86,8 @@ func holdFirstBatch(s *Store, n int) {
 // sees the cache generation moved when its publish returns.
 func TestGroupCommitCoalescesPublishes(t *testing.T) {
 	const writers, maxN = 200, 64
-	s, db := openCounting(t, Options{BatchMaxEntries: maxN, BatchMaxHold: time.Hour})
-	b, err := OpenBlobs(t.TempDir())
-	noErr(t, err)
-	g := topGroup(t, s, "acme")
-	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
-	u := up(t, s, r.ID, "https://repo.example.com/maven2")
-	e := blobEnv{s: s, b: b, up: u.ID}
+	e, db := countingBlobEnv(t, Options{BatchMaxEntries: maxN, BatchMaxHold: time.Hour})
+	s, b := e.s, e.b
 
 	holdFirstBatch(s, writers)
 	before := db.commits.Load()
@@ -134,7 +141,7 @@ func TestGroupCommitCoalescesPublishes(t *testing.T) {
 	refs := map[string]int64{}
 	for i := range writers {
 		content := fmt.Sprintf("content %d", i%7)
-		got := ok(s.CacheEntry(u.ID, fmt.Sprintf("/g/b/%d/b-%d.pom", i, i)))(t)
+		got := ok(s.CacheEntry(e.up, fmt.Sprintf("/g/b/%d/b-%d.pom", i, i)))(t)
 		if got.SHA256 != sha(content) {
 			t.Errorf("shared entry %d: sha256 %s, want %s", i, got.SHA256, sha(content))
 		}
@@ -142,7 +149,7 @@ func TestGroupCommitCoalescesPublishes(t *testing.T) {
 	}
 	for i := range writers {
 		content := fmt.Sprintf("content %d", i)
-		got := ok(s.CacheEntry(u.ID, fmt.Sprintf("/g/a/%d/a-%d.pom", i, i)))(t)
+		got := ok(s.CacheEntry(e.up, fmt.Sprintf("/g/a/%d/a-%d.pom", i, i)))(t)
 		if got.SHA256 != sha(content) || got.Size != int64(len(content)) {
 			t.Errorf("entry %d: sha256 %s size %d, want %s %d", i, got.SHA256, got.Size, sha(content), len(content))
 		}
@@ -330,17 +337,15 @@ func TestGroupCommitTouchAndPurge(t *testing.T) {
 // flush), and every count arrives.
 func TestAddDownloadsInChunks(t *testing.T) {
 	const n = 2*downloadChunk + 10
-	s, db := openCounting(t, Options{})
-	g := topGroup(t, s, "acme")
-	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
-	u := up(t, s, r.ID, "https://repo.example.com/maven2")
+	e, db := countingBlobEnv(t, Options{})
+	s, uid := e.s, e.up
 	var entries []CacheEntry
 	var counts []DownloadCount
 	at := time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)
 	for i := range n {
 		rel := fmt.Sprintf("/g/%d.pom", i)
-		entries = append(entries, CacheEntry{UpstreamID: u.ID, RelativePath: rel, SHA256: sha(rel), Size: 1})
-		counts = append(counts, DownloadCount{UpstreamID: u.ID, Rel: rel, Count: int64(i + 1), Last: at})
+		entries = append(entries, CacheEntry{UpstreamID: uid, RelativePath: rel, SHA256: sha(rel), Size: 1})
+		counts = append(counts, DownloadCount{UpstreamID: uid, Rel: rel, Count: int64(i + 1), Last: at})
 	}
 	noErr(t, s.PutCacheEntries(entries))
 	before := db.commits.Load()
@@ -349,9 +354,9 @@ func TestAddDownloadsInChunks(t *testing.T) {
 		t.Errorf("%d counts took %d transactions, want 3", n, got)
 	}
 	for i := range n {
-		e := ok(s.CacheEntry(u.ID, fmt.Sprintf("/g/%d.pom", i)))(t)
-		if e.DownloadsCount != int64(i+1) || e.DownloadedAt == nil || !e.DownloadedAt.Equal(at) {
-			t.Fatalf("entry %d: %d downloads at %v, want %d at %v", i, e.DownloadsCount, e.DownloadedAt, i+1, at)
+		got := ok(s.CacheEntry(uid, fmt.Sprintf("/g/%d.pom", i)))(t)
+		if got.DownloadsCount != int64(i+1) || got.DownloadedAt == nil || !got.DownloadedAt.Equal(at) {
+			t.Fatalf("entry %d: %d downloads at %v, want %d at %v", i, got.DownloadsCount, got.DownloadedAt, i+1, at)
 		}
 	}
 }
@@ -366,28 +371,11 @@ func TestGroupCommitLetsOtherWritersIn(t *testing.T) {
 	boltOnly(t, "PostgreSQL runs the other writer's transaction beside the batches")
 	const writers = 64
 	s, _ := openCounting(t, Options{})
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if err := s.updateBatched(false, func(tx kv.Tx) error {
-					return tx.Bucket(bktMeta).Put(fmt.Appendf(nil, "test-%d-%d", w, i%100), []byte{1})
-				}); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	defer func() { close(stop); wg.Wait() }()
+	defer keepWriting(t, writers, func(w, i int) error {
+		return s.updateBatched(false, func(tx kv.Tx) error {
+			return tx.Bucket(bktMeta).Put(fmt.Appendf(nil, "test-%d-%d", w, i%100), []byte{1})
+		})
+	})()
 	// Wait until the batches run back to back.
 	for s.BatchStats().Commits < 20 {
 		runtime.Gosched()
@@ -399,4 +387,30 @@ func TestGroupCommitLetsOtherWritersIn(t *testing.T) {
 			t.Fatalf("a write of its own waited for %d batches", n)
 		}
 	}
+}
+
+// keepWriting runs write(w, i) in a loop in each of n goroutines (w is the
+// goroutine, i counts its writes) until the returned stop is called, which
+// waits for them; a failed write fails t and ends its goroutine.
+func keepWriting(t testing.TB, n int, write func(w, i int) error) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := write(w, i); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
 }
