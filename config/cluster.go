@@ -29,6 +29,14 @@ type Store struct {
 	Backend string `yaml:"backend"`
 	// Postgres is read when Backend is "postgres".
 	Postgres Postgres `yaml:"postgres"`
+	// BatchMaxEntries bounds the cache entry writes (fills, revalidations,
+	// download counts) that share one index transaction under load (group
+	// commit). 1 turns group commit off: a transaction per write. Default 256.
+	BatchMaxEntries int `yaml:"batch_max_entries"`
+	// BatchMaxHold bounds how long one shared transaction runs writes
+	// before it commits: an admin write or a collector batch waits for
+	// about this much of them, plus a commit. Default 10ms.
+	BatchMaxHold time.Duration `yaml:"batch_max_hold"`
 }
 
 // Postgres is the shared index database of a cluster.
@@ -300,6 +308,12 @@ func (c Config) validateCluster(add func(string, ...any)) {
 		}
 	}
 
+	if c.Store.BatchMaxEntries < 1 {
+		add("store.batch_max_entries must be at least 1 (1 turns group commit off), got %d", c.Store.BatchMaxEntries)
+	}
+	if c.Store.BatchMaxHold <= 0 {
+		add("store.batch_max_hold must be a positive duration, got %s", c.Store.BatchMaxHold)
+	}
 	pg := c.Store.Postgres
 	if pg.MaxConns < 1 {
 		add("store.postgres.max_conns (REGISTRYD_STORE_POSTGRES_MAX_CONNS) must be at least 1, got %d", pg.MaxConns)

@@ -273,6 +273,11 @@ type Cache struct {
 	// past it, entries are evicted least recently downloaded first until
 	// the blobs take 90% of it. 0 sets no budget. Default 0.
 	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxPendingStores bounds the fills whose file is being stored (blob
+	// written and placed, entry committed) after their clients were
+	// answered: past it, a fill's clients still get the whole file but it
+	// is not cached, and a revalidation's check is not recorded. Default 512.
+	MaxPendingStores int `yaml:"max_pending_stores"`
 	// MinFreeFraction is the share of the data volume kept free: no new
 	// file is cached below it, and entries are evicted least recently
 	// downloaded first until 2 points more of the volume are free. Off by
@@ -378,7 +383,7 @@ type Log struct {
 func Default() Config {
 	return Config{
 		Data:  Data{Dir: "./data"},
-		Store: Store{Backend: StoreBolt, Postgres: Postgres{MaxConns: 16, MaxLocks: 32, RecheckInterval: 2 * time.Second}},
+		Store: Store{Backend: StoreBolt, Postgres: Postgres{MaxConns: 16, MaxLocks: 32, RecheckInterval: 2 * time.Second}, BatchMaxEntries: 256, BatchMaxHold: 10 * time.Millisecond},
 		Blobs: Blobs{Backend: BlobsDisk, S3: S3{LocalCacheBytes: 10 * GiB, OrphanGrace: time.Hour}},
 		Proxy: Proxy{
 			Listen:            ":8080",
@@ -429,6 +434,7 @@ func Default() Config {
 			FlushInterval:      time.Second,
 			MemoryBytes:        32 * MiB,
 			MemoryMaxFileBytes: 64 * KiB,
+			MaxPendingStores:   512,
 		},
 		Metadata: Metadata{
 			MaxDocumentBytes: 16 * MiB,
@@ -576,6 +582,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Cache.MinFreeFraction >= 0 && c.Cache.MinFreeFraction <= 0.5) {
 		add("cache.min_free_fraction must be between 0 (off) and 0.5, got %v", c.Cache.MinFreeFraction)
+	}
+	if c.Cache.MaxPendingStores < 1 {
+		add("cache.max_pending_stores must be at least 1, got %d", c.Cache.MaxPendingStores)
 	}
 	if c.Admin.MaxSBOMIngests < 1 {
 		add("admin.max_sbom_ingests must be at least 1, got %d", c.Admin.MaxSBOMIngests)

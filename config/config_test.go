@@ -568,3 +568,20 @@ func TestMergeBoundSettings(t *testing.T) {
 	wantProblems(t, cfg.Validate(), "metadata.max_versions and metadata.max_elements must be at least 1",
 		"metadata.max_merging_bytes", "metadata.merge_wait must not be negative")
 }
+
+func TestGroupCommitAndPendingStores(t *testing.T) {
+	d := Default()
+	if d.Store.BatchMaxEntries != 256 || d.Store.BatchMaxHold != 10*time.Millisecond || d.Cache.MaxPendingStores != 512 {
+		t.Fatalf("defaults: batch_max_entries %d, batch_max_hold %s, max_pending_stores %d",
+			d.Store.BatchMaxEntries, d.Store.BatchMaxHold, d.Cache.MaxPendingStores)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_STORE_BATCH_MAX_ENTRIES=1", "REGISTRYD_STORE_BATCH_MAX_HOLD=20ms",
+		"REGISTRYD_CACHE_MAX_PENDING_STORES=64"})
+	if err != nil || cfg.Store.BatchMaxEntries != 1 || cfg.Store.BatchMaxHold != 20*time.Millisecond || cfg.Cache.MaxPendingStores != 64 {
+		t.Fatalf("from the environment: %v, %+v, %d", err, cfg.Store, cfg.Cache.MaxPendingStores)
+	}
+	cfg = Default()
+	cfg.Store.BatchMaxEntries, cfg.Store.BatchMaxHold, cfg.Cache.MaxPendingStores = 0, 0, 0
+	wantProblems(t, cfg.Validate(), "store.batch_max_entries must be at least 1", "store.batch_max_hold must be a positive duration",
+		"cache.max_pending_stores must be at least 1")
+}

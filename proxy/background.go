@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -80,6 +81,10 @@ func (s *Server) FlushDownloads() error {
 	}
 	if err := s.st.AddDownloads(batch); err != nil {
 		s.met.flushErrors.Inc()
+		// The counts written before the failure stay written.
+		if nw := (*store.DownloadsNotWritten)(nil); errors.As(err, &nw) {
+			batch = nw.Rest
+		}
 		s.downloads.mu.Lock()
 		for _, b := range batch {
 			k := downloadKey{b.UpstreamID, b.Rel}
@@ -102,22 +107,27 @@ func (s *Server) FlushDownloads() error {
 const collectBatch = 512
 
 // collectRest is how long the collector pauses after each batch, as a
-// multiple of the time the batch took: 1 keeps it to about half of one core
-// however long the work, so a purge of a large cache leaves the hits the
-// CPU (unlinking blob files is kernel time that Go's scheduler does not
-// see), and still drains at a rate proportional to the machine's.
+// multiple of the batch's own work (store.CollectResult.Busy: its
+// transaction and its unlinks, not the wait for the index's writer): 1
+// keeps it to about half of one core however long the work, so a purge of a
+// large cache leaves the hits the CPU (unlinking blob files is kernel time
+// that Go's scheduler does not see), and still drains at a rate
+// proportional to the machine's. Counting the wait too made a collector
+// behind a busy writer rest as long as it had waited, and a purge under
+// load was never destroyed.
 const collectRest = 1
 
 // CollectOnce runs the collector until no entry waits for destruction (or
 // an error).
-func (s *Server) CollectOnce() (store.CollectResult, error) { return s.collect(nil) }
+func (s *Server) CollectOnce() (store.CollectResult, error) { return s.collect(nil, 0) }
 
-// collect runs batches until no entry waits, stop is closed, or an error.
-// On a cluster one node at a time collects (cluster.go, jobLease): a node
-// that finds the job's lease held skips the round; the commits that give
-// the collector work wake every node's collector, so the holder's next
-// round takes what came in while it ran.
-func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
+// collect runs batches until no entry waits, stop is closed, batches (when
+// not 0) have run, or an error. On a cluster one node at a time collects
+// (cluster.go, jobLease): a node that finds the job's lease held skips the
+// round; the commits that give the collector work wake every node's
+// collector, so the holder's next round takes what came in while it ran.
+// The result's Busy adds up the batches' own work.
+func (s *Server) collect(stop <-chan struct{}, batches int) (store.CollectResult, error) {
 	var total store.CollectResult
 	unlock, run, err := s.jobLease(jobCollect)
 	if err != nil {
@@ -129,14 +139,15 @@ func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
 	}
 	defer unlock()
 	s.met.collectorRuns.Inc()
-	for {
-		start := time.Now()
+	for n := 1; ; n++ {
 		s.collectMu.Lock()
 		r, err := s.blobs.Collect(s.st, collectBatch)
 		s.collectMu.Unlock()
 		total.Entries += r.Entries
 		total.BlobsRemoved += r.BlobsRemoved
 		total.BytesFreed += r.BytesFreed
+		total.Busy += r.Busy
+		total.More = r.More
 		s.met.collectorEntries.Add(float64(r.Entries))
 		s.met.collectorBlobs.Add(float64(r.BlobsRemoved))
 		s.met.collectorFreed.Add(float64(r.BytesFreed))
@@ -144,20 +155,14 @@ func (s *Server) collect(stop <-chan struct{}) (store.CollectResult, error) {
 			s.met.collectorErrors.Inc()
 			return total, err
 		}
-		if !r.More {
+		if !r.More || n == batches {
 			break
 		}
-		if rest := time.Duration(collectRest * float64(time.Since(start))); rest > 0 {
-			t := time.NewTimer(rest)
-			select {
-			case <-t.C:
-			case <-stop:
-				t.Stop()
-				return total, nil
-			}
+		if !s.rest(stop, r.Busy) {
+			return total, nil
 		}
 	}
-	if total.Entries > 0 {
+	if total.Entries > 0 && batches == 0 {
 		s.log.Info("collected cache entries", "entries", total.Entries, "blobs", total.BlobsRemoved,
 			"bytes", total.BytesFreed)
 	}
@@ -177,7 +182,7 @@ func (s *Server) collector(stop, done chan struct{}) {
 		case <-t.C:
 		case <-s.st.CollectWanted():
 		}
-		if _, err := s.collect(stop); err != nil {
+		if _, err := s.collect(stop, 0); err != nil {
 			if store.IsDiskFull(err) {
 				s.backgroundFailed("collecting cache entries", err)
 			} else {

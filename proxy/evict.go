@@ -31,9 +31,15 @@ import (
 // (errBlobGone). So no hit fails.
 //
 // Batches are those of the collector: at most evictBatch entries per
-// transaction, then the unlinks, then a rest as long as the batch took, so
-// hits are never stalled for long and eviction takes at most about half a
-// core.
+// transaction, then one collector batch (the unlinks), then a rest as long
+// as their own work took (not the waits for the index's writer, see
+// collectRest), so hits are never stalled for long and eviction takes at
+// most about half a core.
+//
+// Entries of a purge in progress among the least recently used are handed
+// to the collector with the batch (store.EvictLeastUsed): eviction goes on
+// past them, and the space they hold counts towards its goal, however far
+// behind the collector's walk of the purge is.
 
 const (
 	// evictEvery is how often the marks are checked: a check reads two
@@ -62,6 +68,7 @@ type EvictResult struct {
 	Want    int64  // the bytes it set out to free
 	Entries int    // entries evicted
 	Bytes   int64  // their sizes
+	Purged  int    // entries of a purge in progress handed to the collector on the way
 	Freed   int64  // bytes of the blobs they left unreferenced (removed by the collector)
 }
 
@@ -153,7 +160,6 @@ func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 	}
 	exhausted := false
 	for out.Freed < want {
-		start := time.Now()
 		// Downloads counted since the last flush are the most recent
 		// uses: without them a file in use now could look like the oldest.
 		if err := s.FlushDownloads(); err != nil {
@@ -164,35 +170,35 @@ func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 			s.ev.errors.Inc()
 			return out, err
 		}
-		if ev.Entries == 0 {
-			// Only entries of a purge in progress at the head of the
-			// index: the collector is destroying them (which frees their
-			// space); the next check goes on past them.
-			exhausted = ev.Purged == 0
+		if ev.Entries == 0 && ev.Purged == 0 {
+			exhausted = true
 			break
 		}
 		s.ev.entries.Add(float64(ev.Entries))
 		s.ev.bytes.Add(float64(ev.Bytes))
 		out.Entries += ev.Entries
 		out.Bytes += ev.Bytes
+		out.Purged += ev.Purged
 		// What the batch frees, as the index counts it: measuring the blob
 		// store instead would count the fills running meanwhile against
 		// eviction, which would chase them.
 		out.Freed += ev.Freed
-		// The collector removes the blobs now, so that at most one batch
-		// of them waits (whichever run takes them: batches are serialised,
-		// so once this returns they are gone).
-		if _, err := s.collect(stop); err != nil {
+		// One collector batch removes the blobs now (the entries just
+		// marked go first), so that about one batch of them waits; not a
+		// whole collector run, which would first finish every purge in
+		// progress while the budget waits.
+		c, err := s.collect(stop, 1)
+		if err != nil {
 			s.ev.errors.Inc()
 			return out, err
 		}
-		if !s.rest(stop, time.Since(start)) {
+		if !s.rest(stop, ev.Busy+c.Busy) {
 			break
 		}
 	}
-	if out.Entries > 0 {
+	if out.Entries > 0 || out.Purged > 0 {
 		s.log.Info("evicted cache entries, least recently downloaded first", "reason", reason, "want_bytes", want,
-			"entries", out.Entries, "bytes", out.Bytes, "freed_bytes", out.Freed)
+			"entries", out.Entries, "bytes", out.Bytes, "purged_entries", out.Purged, "freed_bytes", out.Freed)
 	}
 	if exhausted && time.Since(s.ev.warnedAt) > diskLogEvery {
 		s.ev.warnedAt = time.Now()
@@ -227,10 +233,13 @@ func (s *Server) buildUseIndex(stop <-chan struct{}) error {
 	}
 }
 
-// rest pauses as long as a batch took (see collectRest); false when stop
-// closed meanwhile.
+// rest pauses as long as a batch's own work took (see collectRest); false
+// when stop closed meanwhile.
 func (s *Server) rest(stop <-chan struct{}, took time.Duration) bool {
 	d := time.Duration(collectRest * float64(took))
+	if s.onRest != nil {
+		s.onRest(d)
+	}
 	if d <= 0 {
 		return true
 	}

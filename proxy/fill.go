@@ -120,8 +120,14 @@ func (s *Server) fill(f *flight) {
 			return
 		}
 		s.met.upstream(f.up, outcomeNotModified, start)
-		if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
+		// With too many stores waiting the check is not recorded: the
+		// stored copy is served all the same, and revalidated again next
+		// time (pendingstores.go).
+		if release, ok := s.stores.take(turnedAwayCheck, f); ok {
+			if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
+				s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
+			}
+			release()
 		}
 		noBody(flightNotModified, nil)
 		return
@@ -245,6 +251,12 @@ func (s *Server) fill(f *flight) {
 	if f.reval {
 		f.decide(flightStreaming, nil)
 	}
+	release, storing := s.stores.take(turnedAwayFill, f)
+	defer release()
+	if !storing {
+		s.notStored(f, w, d, !verifyFirst)
+		return
+	}
 	if !verifyFirst {
 		if d, err = w.Finish(); d.SHA256 != "" {
 			f.setDigests(d)
@@ -270,6 +282,21 @@ func (s *Server) fill(f *flight) {
 		s.diskOK()
 	}
 	f.finish(entry, err)
+}
+
+// notStored ends a flight whose body its clients got whole but which is not
+// stored (too many stores wait, pendingstores.go): the temp file goes, and
+// the flight ends uncached with the body's digests, hashed here when hash
+// says they are not known yet.
+func (s *Server) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash bool) {
+	if hash {
+		if sums, err := w.Detach(); err == nil {
+			d = store.SumHashes(sums, w.Size())
+			f.setDigests(d)
+		}
+	}
+	w.Abort()
+	f.finish(f.uncachedEntry(d), errNotCached)
 }
 
 // publish makes the verified body of f the cache entry of its upstream and
@@ -431,6 +458,13 @@ func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 		s.onComplete()
 	}
 
+	release, storing := s.stores.take(turnedAwayFill, f)
+	defer release()
+	if !storing {
+		temp.drop()
+		f.finish(f.uncachedEntry(hashAll(body)), errNotCached)
+		return
+	}
 	unreserve, room := s.blobs.Reserve(f.size)
 	defer unreserve()
 	if !room {

@@ -81,9 +81,10 @@ var spillBufs = sync.Pool{New: func() any { b := make([]byte, spillChunk); retur
 // Errors of an uncached flight.
 var (
 	// errNotCached is the outcome (flight.result) of a flight that sent its
-	// whole body to its clients but stored nothing: its entry carries the
-	// body's digests and size, and is not in the store.
-	errNotCached = errors.New("the file was served without caching it: the data volume is full")
+	// whole body to its clients but stored nothing (the data volume is
+	// full, or too many stores wait: pendingstores.go): its entry carries
+	// the body's digests and size, and is not in the store.
+	errNotCached = errors.New("the file was served without caching it")
 	// errSpillFull is an uncached body that nobody may read yet (a
 	// revalidation) and that outgrew the memory window.
 	errSpillFull = errors.New("the data volume is full and the file does not fit in memory")

@@ -123,6 +123,8 @@ type Server struct {
 	downloads *downloadCounter
 	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
 	ev        *evictState // eviction under the disk budget (evict.go)
+	// stores bounds the fills waiting to be stored (pendingstores.go).
+	stores *pendingStores
 	// spillStall is how long an uncached fill waits for its readers
 	// (passthrough.go): spillStall, shorter in tests.
 	spillStall time.Duration
@@ -141,6 +143,9 @@ type Server struct {
 	// onComplete, when set (by tests), runs in a fill once its body is
 	// complete on disk, before the blob is hashed, fsynced and published.
 	onComplete func()
+	// onRest, when set (by tests), is told each rest of the collector and
+	// the evictor before it starts.
+	onRest func(time.Duration)
 
 	bgMu          sync.Mutex
 	flusherStop   chan struct{}
@@ -235,6 +240,9 @@ func New(d Deps) (*Server, error) {
 	// No new file below the free mark: eviction makes room, fills do not
 	// refill it at once (store.Blobs.SetMinFree).
 	d.Blobs.SetMinFree(d.Config.Cache.MinFreeFraction)
+	if s.stores, err = newPendingStores(d.Config.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
 	if s.ev, err = newEvictState(d.Registerer, int64(d.Config.Cache.MaxBytes), d.Config.Cache.MinFreeFraction); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}

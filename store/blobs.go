@@ -1,11 +1,11 @@
 package store
 
 import (
+	"context"
 	"crypto/md5"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -29,14 +29,17 @@ import (
 //
 // The index counts references per blob (blob_refs). The race between a fill
 // that publishes a blob and the collector that removes a blob whose last
-// reference went away is closed by a lock per digest (striped): Publish holds
-// it across rename and index commit, Collect across the reference check and
-// the unlink. A referenced blob file is therefore never removed.
+// reference went away is closed by a lock per digest: Publish holds it
+// across rename and index commit, Collect across the reference check and
+// the unlink. A referenced blob file is therefore never removed. The lock is
+// the digest's own, not a stripe shared with others: a publish holds it
+// while its entry waits for a shared commit (batch.go), and fills of other
+// files must not queue behind that.
 type Blobs struct {
 	root string // DATA_DIR/blobs/sha256
 	tmp  string // DATA_DIR/tmp
 
-	locks [256]sync.Mutex // striped by the digest's first byte
+	digests keyedLocks // a lock per digest, see above
 
 	// hashSlots bounds the hashing goroutines (of all writers) that run at
 	// once to one fewer than GOMAXPROCS, at least one: hashing is CPU-bound
@@ -125,9 +128,10 @@ func (b *Blobs) Open(sha string) (*os.File, error) {
 // Stats reports how many blob files there are and their total size.
 func (b *Blobs) Stats() (count, bytes int64) { return b.count.Load(), b.bytes.Load() }
 
-func (b *Blobs) lock(sha string) *sync.Mutex {
-	hi, _ := hex.DecodeString(sha[:2])
-	return &b.locks[hi[0]]
+// lock takes the digest's lock and returns its unlock.
+func (b *Blobs) lock(sha string) func() {
+	unlock, _ := b.digests.lock(context.Background(), sha) // fails only when the context ends
+	return unlock
 }
 
 // BlobWriter writes a new blob to a temp file. Write only writes the file:
@@ -396,19 +400,18 @@ func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (Cache
 		return b.publishRemote(s, w, d, e)
 	}
 	e.Size, e.MD5, e.SHA1, e.SHA256, e.SHA512 = d.Size, d.MD5, d.SHA1, d.SHA256, d.SHA512
-	mu := b.lock(d.SHA256)
-	mu.Lock()
+	unlock := b.lock(d.SHA256)
 	created, err := b.place(w.name, d.SHA256, d.Size)
 	w.name = ""
 	if err != nil {
-		mu.Unlock()
+		unlock()
 		return e, err
 	}
 	out, replaced, err := s.putEntryReplacing(e)
 	if err != nil && created {
 		b.reapLocked(s, d.SHA256)
 	}
-	mu.Unlock()
+	unlock()
 	if err != nil {
 		return out, err
 	}
@@ -420,36 +423,13 @@ func (b *Blobs) Publish(s *Store, w *BlobWriter, d Digests, e CacheEntry) (Cache
 	return out, nil
 }
 
-// putEntryReplacing is PutCacheEntry that also returns the digest of the
-// blob the replaced entry pointed at, when that blob lost its last reference.
-func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
-	now := s.clock()
-	var freed string
-	in := e
-	err := s.update(false, true, func(tx kv.Tx) error {
-		e, freed = in, "" // kv may run the function again (see PutCacheEntry)
-		var old CacheEntry
-		had := getJSON(tx.Bucket(bktCacheEntries), cacheKey(e.UpstreamID, e.RelativePath), &old)
-		if err := putCacheEntryTx(tx, &e, now); err != nil {
-			return err
-		}
-		if had && old.SHA256 != e.SHA256 && tx.Bucket(bktBlobRefs).Get([]byte(old.SHA256)) == nil {
-			freed = old.SHA256
-		}
-		return nil
-	})
-	return e, freed, err
-}
-
 // reap removes the blob file of sha if no entry refers to it, under its
 // lock, and reports whether it did and the bytes freed.
 func (b *Blobs) reap(s *Store, sha string) (bool, int64) {
 	if b.remote != nil {
 		return b.reapRemote(s, sha)
 	}
-	mu := b.lock(sha)
-	mu.Lock()
-	defer mu.Unlock()
+	defer b.lock(sha)()
 	return b.reapLocked(s, sha)
 }
 
@@ -532,6 +512,9 @@ type CollectResult struct {
 	BlobsRemoved int   // blob files unlinked
 	BytesFreed   int64 // size of those files
 	More         bool  // entries still wait for destruction
+	// Busy is the batch's own work: its transaction from its start to its
+	// commit (not the wait for the index's writer) and the unlinks.
+	Busy time.Duration
 }
 
 // collectUnlinkers is how many blob files Collect unlinks at once. An unlink
@@ -549,10 +532,11 @@ const collectUnlinkers = 4
 // OrphanGrace the orphan sweep runs (SweepOrphans).
 func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	c, err := s.CollectPending(max)
-	out := CollectResult{Entries: c.Entries, More: c.More}
+	out := CollectResult{Entries: c.Entries, More: c.More, Busy: c.Busy}
 	if err != nil {
 		return out, err
 	}
+	unlinking := time.Now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	next := make(chan string)
@@ -580,6 +564,7 @@ func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	}
 	close(next)
 	wg.Wait()
+	out.Busy += time.Since(unlinking)
 	if b.remote != nil {
 		return out, b.collectOrphans(s, &out)
 	}

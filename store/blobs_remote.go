@@ -212,6 +212,9 @@ type keyedLock struct {
 func (k *keyedLocks) acquire(sha string) *keyedLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]*keyedLock{}
+	}
 	l := k.m[sha]
 	if l == nil {
 		l = &keyedLock{ch: make(chan struct{}, 1)}

@@ -60,16 +60,48 @@ func refsAdd(tx kv.Tx, sha string, delta int64) (int64, error) {
 // PutCacheEntry creates or replaces the entry for (upstream, relative path).
 // A replaced entry keeps its creation time and download count. The blob must
 // already be durable in the blob store.
+// It may share its transaction with concurrent entry writes (batch.go).
 func (s *Store) PutCacheEntry(e CacheEntry) (CacheEntry, error) {
+	out, _, err := s.putEntryReplacing(e)
+	return out, err
+}
+
+// putEntryReplacing is PutCacheEntry that also returns the digest of the
+// blob the replaced entry pointed at, when that blob lost its last reference.
+func (s *Store) putEntryReplacing(e CacheEntry) (CacheEntry, string, error) {
 	now := s.clock()
+	var freed string
 	in := e
-	// putCacheEntryTx adds the old entry's downloads to e: each run of the
-	// transaction (kv may retry it) starts from the caller's entry.
-	err := s.update(false, true, func(tx kv.Tx) error { e = in; return putCacheEntryTx(tx, &e, now) })
-	return e, err
+	err := s.updateBatched(true, func(tx kv.Tx) error {
+		// writeCacheEntryTx adds the old entry's downloads to e: each run
+		// of the function (kv may run it again, and so may a batch) starts
+		// from the caller's entry.
+		e, freed = in, ""
+		if err := checkCacheEntryTx(tx, &e); err != nil {
+			return unwritten(err)
+		}
+		var old CacheEntry
+		had := getJSON(tx.Bucket(bktCacheEntries), cacheKey(e.UpstreamID, e.RelativePath), &old)
+		if err := writeCacheEntryTx(tx, &e, now); err != nil {
+			return err
+		}
+		if had && old.SHA256 != e.SHA256 && tx.Bucket(bktBlobRefs).Get([]byte(old.SHA256)) == nil {
+			freed = old.SHA256
+		}
+		return nil
+	})
+	return e, freed, err
 }
 
 func putCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
+	if err := checkCacheEntryTx(tx, e); err != nil {
+		return err
+	}
+	return writeCacheEntryTx(tx, e, now)
+}
+
+// checkCacheEntryTx validates e and sets its group, writing nothing.
+func checkCacheEntryTx(tx kv.Tx, e *CacheEntry) error {
 	if e.RelativePath == "" || e.RelativePath[0] != '/' || len(e.RelativePath) > MaxRelativePath {
 		return invalid("relative_path", "is invalid")
 	}
@@ -84,6 +116,11 @@ func putCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
 		return notFound("Upstream")
 	}
 	e.GroupID = u.GroupID
+	return nil
+}
+
+// writeCacheEntryTx writes e, checked by checkCacheEntryTx.
+func writeCacheEntryTx(tx kv.Tx, e *CacheEntry, now time.Time) error {
 	e.Invalidated = false
 	mark, marked := purgeMarkTx(tx, e.UpstreamID)
 	e.PurgeEpoch = 0
@@ -163,14 +200,15 @@ func (s *Store) FirstCacheEntry(upstreams []int64, rel string) (e CacheEntry, ok
 }
 
 // TouchCacheEntry records a successful revalidation at checkedAt; an
-// invalidated entry is valid again.
+// invalidated entry is valid again. It may share its transaction with
+// concurrent entry writes (batch.go).
 func (s *Store) TouchCacheEntry(upstream int64, rel string, checkedAt time.Time) error {
-	return s.update(false, true, func(tx kv.Tx) error {
+	return s.updateBatched(true, func(tx kv.Tx) error {
 		b := tx.Bucket(bktCacheEntries)
 		key := cacheKey(upstream, rel)
 		var e CacheEntry
 		if !liveEntryTx(tx, key, &e) {
-			return notFound("Cache entry")
+			return unwritten(notFound("Cache entry"))
 		}
 		e.CheckedAt = checkedAt.UTC().Truncate(time.Millisecond)
 		e.Invalidated = false
@@ -249,39 +287,62 @@ type DownloadCount struct {
 	Last       time.Time
 }
 
-// AddDownloads adds batched download counts in one transaction. Counts for
-// entries that are gone are dropped.
+// downloadChunk is how many entries' counts one write of AddDownloads
+// carries: a flush of many distinct entries must not hold the writer for
+// long in one transaction (about 30 µs an entry on bbolt).
+const downloadChunk = 256
+
+// AddDownloads adds batched download counts, downloadChunk entries per
+// write; each write may share its transaction with concurrent entry writes
+// (batch.go). Counts for entries that are gone are dropped. On a failure,
+// the counts not written are in the error's *DownloadsNotWritten.
 func (s *Store) AddDownloads(batch []DownloadCount) error {
-	if len(batch) == 0 {
-		return nil
+	for len(batch) > 0 {
+		chunk := batch[:min(len(batch), downloadChunk)]
+		if err := s.updateBatched(false, func(tx kv.Tx) error { return addDownloadsTx(tx, chunk) }); err != nil {
+			return &DownloadsNotWritten{Rest: batch, Err: err}
+		}
+		batch = batch[len(chunk):]
 	}
-	return s.db.Update(func(tx kv.Tx) error {
-		b := tx.Bucket(bktCacheEntries)
-		use := tx.Bucket(bktCacheByUse)
-		for _, d := range batch {
-			key := cacheKey(d.UpstreamID, d.Rel)
-			var e CacheEntry
-			if !liveEntryTx(tx, key, &e) {
-				continue
+	return nil
+}
+
+// DownloadsNotWritten is AddDownloads's failure: Rest are the counts not
+// written (the ones before them were).
+type DownloadsNotWritten struct {
+	Rest []DownloadCount
+	Err  error
+}
+
+func (e *DownloadsNotWritten) Error() string { return e.Err.Error() }
+func (e *DownloadsNotWritten) Unwrap() error { return e.Err }
+
+func addDownloadsTx(tx kv.Tx, batch []DownloadCount) error {
+	b := tx.Bucket(bktCacheEntries)
+	use := tx.Bucket(bktCacheByUse)
+	for _, d := range batch {
+		key := cacheKey(d.UpstreamID, d.Rel)
+		var e CacheEntry
+		if !liveEntryTx(tx, key, &e) {
+			continue
+		}
+		e.DownloadsCount += d.Count
+		last := d.Last.UTC().Truncate(time.Millisecond)
+		if e.DownloadedAt == nil || last.After(*e.DownloadedAt) {
+			// The entry moves in the least-recently-used order.
+			if err := use.Delete(cacheUseKey(&e)); err != nil {
+				return err
 			}
-			e.DownloadsCount += d.Count
-			last := d.Last.UTC().Truncate(time.Millisecond)
-			if e.DownloadedAt == nil || last.After(*e.DownloadedAt) {
-				// The entry moves in the least-recently-used order.
-				if err := use.Delete(cacheUseKey(&e)); err != nil {
-					return err
-				}
-				e.DownloadedAt = &last
-				if err := use.Put(cacheUseKey(&e), emptyValue); err != nil {
-					return err
-				}
-			}
-			if err := putJSON(b, key, e); err != nil {
+			e.DownloadedAt = &last
+			if err := use.Put(cacheUseKey(&e), emptyValue); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
+		if err := putJSON(b, key, e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CacheStats are read at scrape time.

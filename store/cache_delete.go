@@ -100,6 +100,9 @@ type Collected struct {
 	Unreferenced []string
 	// More says that entries wait for destruction after this batch.
 	More bool
+	// Busy is how long the transaction took from its start to its commit,
+	// without the wait for the engine's writer.
+	Busy time.Duration
 }
 
 // CollectPending destroys up to max entries waiting for destruction, in one
@@ -109,7 +112,7 @@ type Collected struct {
 // not move the cache generation: what it destroys was already absent.
 func (s *Store) CollectPending(max int) (Collected, error) {
 	var out Collected
-	err := s.db.Update(func(tx kv.Tx) error {
+	busy, err := ownTime(s.db.Update, func(tx kv.Tx) error {
 		out = Collected{} // kv may run the function again
 		p := tx.Bucket(bktCachePending)
 		c := p.Cursor()
@@ -146,6 +149,7 @@ func (s *Store) CollectPending(max int) (Collected, error) {
 	if err != nil {
 		return Collected{}, err
 	}
+	out.Busy = busy
 	return out, nil
 }
 

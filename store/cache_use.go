@@ -115,9 +115,13 @@ type Evicted struct {
 	// Oldest and Newest are the last uses of the first and last entry
 	// evicted.
 	Oldest, Newest time.Time
-	// Purged counts the keys skipped because their entries are being
-	// purged: the collector destroys them, and eviction may then go on.
+	// Purged counts the entries of a purge in progress met among the least
+	// recently used and handed to the collector as deletes are (not in
+	// Entries nor Bytes; what their blobs free is in Freed).
 	Purged int
+	// Busy is how long the transaction took from its start to its commit,
+	// without the wait for the engine's writer: the work of the batch.
+	Busy time.Duration
 }
 
 // evictScanFactor bounds the keys one eviction transaction visits, as a
@@ -132,15 +136,23 @@ const evictScanFactor = 4
 // collector destroys them and removes the blobs that lost their last
 // reference (a blob a request is streaming stays readable through its open
 // descriptor). It needs the complete index (UseIndexReady).
+//
+// Entries of a purge in progress among them (invisible already, waiting
+// for the collector's walk of their upstream) are marked too, as a delete
+// marks an entry, and counted apart (Purged): the collector then destroys
+// them first, with the batch. Skipping them instead made eviction stop at a
+// head of purged entries and wait for the collector, which a busy index
+// could hold back for minutes while the blobs outgrew the budget.
 func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 	var out Evicted
-	err := s.update(false, true, func(tx kv.Tx) error {
+	busy, err := ownTime(func(fn func(kv.Tx) error) error { return s.update(false, true, fn) }, func(tx kv.Tx) error {
 		out = Evicted{}
 		use := tx.Bucket(bktCacheByUse)
 		entries := tx.Bucket(bktCacheEntries)
 		type victim struct {
-			key []byte
-			e   CacheEntry
+			key    []byte
+			e      CacheEntry
+			purged bool
 		}
 		var victims []victim
 		var stale [][]byte
@@ -162,12 +174,14 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 				stale = append(stale, slices.Clone(k))
 				continue
 			}
-			if purgedTx(tx, &e) {
+			purged := purgedTx(tx, &e)
+			victims = append(victims, victim{key, e, purged})
+			if purged {
 				out.Purged++
-				continue
+			} else {
+				out.Entries++
+				out.Bytes += e.Size
 			}
-			victims = append(victims, victim{key, e})
-			out.Bytes += e.Size
 			shared[e.SHA256]++
 			if v := refs.Get([]byte(e.SHA256)); v != nil && btoi(v) == shared[e.SHA256] {
 				out.Freed += e.Size
@@ -184,9 +198,13 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 			}
 		}
 		now := s.clock()
+		handed := map[int64]int64{} // purged entries marked, per upstream
 		for i, v := range victims {
 			if err := markPendingTx(tx, v.key, v.e, now); err != nil {
 				return err
+			}
+			if v.purged {
+				handed[v.e.UpstreamID]++
 			}
 			t := v.e.CreatedAt
 			if v.e.DownloadedAt != nil {
@@ -197,16 +215,46 @@ func (s *Store) EvictLeastUsed(limit int, goal int64) (Evicted, error) {
 			}
 			out.Newest = t
 		}
-		out.Entries = len(victims)
+		// The purges no longer wait for these (their walks will not
+		// meet them): the count of what they have left goes down, as
+		// when a fill replaces a purged entry.
+		for up, n := range handed {
+			mark, ok := purgeMarkTx(tx, up)
+			if !ok {
+				continue
+			}
+			mark.Remaining = max(0, mark.Remaining-n)
+			if err := tx.Bucket(bktCachePurges).Put(itob(up), mark.encode()); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err == errNothingToEvict {
-		return Evicted{Purged: out.Purged}, nil
+		return Evicted{Busy: busy}, nil
 	}
 	if err != nil {
 		return Evicted{}, err
 	}
+	out.Busy = busy
 	return out, nil
+}
+
+// ownTime runs fn through run (an engine's Update, or update) and reports
+// how long its last run took from its start to the end of run (the commit):
+// the transaction's own work, without the wait for the engine's writer
+// before it (bbolt's lock, a PostgreSQL connection), which background jobs
+// must not count as work of theirs to rest after.
+func ownTime(run func(func(kv.Tx) error) error, fn func(kv.Tx) error) (time.Duration, error) {
+	var start time.Time
+	err := run(func(tx kv.Tx) error {
+		start = time.Now()
+		return fn(tx)
+	})
+	if start.IsZero() {
+		return 0, err
+	}
+	return time.Since(start), err
 }
 
 var errNothingToEvict = errors.New("nothing to evict")

@@ -213,22 +213,45 @@ func TestEvictLeastUsed(t *testing.T) {
 	}
 }
 
-// TestEvictPastPurge: entries of a purge in progress at the head of the
-// index are skipped and reported (Purged), so that eviction waits for the
-// collector instead of concluding there is nothing left to evict.
-func TestEvictPastPurge(t *testing.T) {
-	f := newPurgeFixture(t, 9)
+// TestEvictPassesPurge: entries of a purge in progress at the head of the
+// index, more than one batch visits, are handed to the collector with the
+// batch (as deletes: pending, their blobs counted in Freed), so eviction
+// frees their space and goes on past them however far behind the
+// collector's walk of the purge is.
+func TestEvictPassesPurge(t *testing.T) {
+	const limit = 4
+	f := newPurgeFixture(t, 5*evictScanFactor*limit) // more than a batch visits
 	s := f.s
 	ok(s.PurgeUpstreamCache(f.big))(t)
-	ev, err := s.EvictLeastUsed(1, 1<<40)
-	noErr(t, err)
-	if ev.Entries != 0 || ev.Purged != evictScanFactor {
-		t.Fatalf("evicted %+v, want no entry and %d purged keys skipped", ev, evictScanFactor)
+	ev := ok(s.EvictLeastUsed(limit, 25))(t)
+	if ev.Entries != 0 || ev.Bytes != 0 || ev.Purged != 3 || ev.Freed != 30 {
+		t.Fatalf("evicted %+v, want 3 purged entries handed over, freeing 30 bytes", ev)
 	}
-	ok(s.CollectPending(100))(t)
-	ev, err = s.EvictLeastUsed(1, 1<<40)
-	noErr(t, err)
-	if ev.Entries != 1 || ev.Purged != 0 {
-		t.Fatalf("evicted %+v after the collection, want the other upstream's entry", ev)
+	if st := s.CacheStats(); st.Entries != 1 || st.Pending != f.n {
+		t.Fatalf("CacheStats %+v, want the other upstream's entry live and all %d purged pending", st, f.n)
 	}
+	// The collector takes the handed entries first (lib0, lib1, lib10 in
+	// path order).
+	col := ok(s.CollectPending(3))(t)
+	if col.Entries != 3 || fmt.Sprint(col.Unreferenced) != fmt.Sprint([]string{purgeSHA(0), purgeSHA(1), purgeSHA(10)}) {
+		t.Fatalf("collected %+v", col)
+	}
+	// A batch of the limit: purged entries only, still none live.
+	ev = ok(s.EvictLeastUsed(limit, 1<<40))(t)
+	if ev.Entries != 0 || ev.Purged != limit {
+		t.Fatalf("evicted %+v, want %d purged", ev, limit)
+	}
+	for {
+		ev = ok(s.EvictLeastUsed(100, 1<<40))(t)
+		if ev.Entries+ev.Purged == 0 {
+			break
+		}
+		ok(s.CollectPending(100))(t)
+	}
+	for ok(s.CollectPending(100))(t).More {
+	}
+	if st := s.CacheStats(); st.Entries != 0 || st.Pending != 0 || st.Blobs != 0 {
+		t.Fatalf("CacheStats %+v after evicting everything", st)
+	}
+	wantUseIndex(t, s)
 }

@@ -46,6 +46,13 @@ type Options struct {
 	// Logger receives the store's warnings (a failed cluster publish).
 	// Default slog.Default().
 	Logger *slog.Logger
+	// BatchMaxEntries bounds the entry writes (fills, revalidations) one
+	// shared transaction carries (group commit, batch.go). 1 turns group
+	// commit off: each write is a transaction of its own. Default 256.
+	BatchMaxEntries int
+	// BatchMaxHold bounds how long a shared transaction runs writes before
+	// it commits, so that it holds the engine's writer briefly. Default 10ms.
+	BatchMaxHold time.Duration
 }
 
 // Store is the open index.
@@ -74,6 +81,9 @@ type Store struct {
 	readFailures atomic.Uint64
 	// cluster is set when other nodes share the engine (cluster.go).
 	cluster *clusterState
+	// batch runs entry writes in shared transactions (batch.go); nil when
+	// group commit is off.
+	batch *batcher
 }
 
 // ErrLocked means another process holds the database.
@@ -129,6 +139,15 @@ func Open(dir string, o Options) (*Store, error) {
 		db = bdb
 	}
 	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
+	if o.BatchMaxEntries == 0 {
+		o.BatchMaxEntries = defaultBatchMaxEntries
+	}
+	if o.BatchMaxHold <= 0 {
+		o.BatchMaxHold = defaultBatchMaxHold
+	}
+	if o.BatchMaxEntries > 1 {
+		st.batch = newBatcher(db, o.BatchMaxEntries, o.BatchMaxHold, st.committed)
+	}
 	if c, ok := db.(kv.Cluster); ok {
 		// ctx bounds the wait; it is cancelled after the unlock, in case an
 		// engine ties the lock's connection to it.

@@ -15,7 +15,8 @@ type clusterEngine interface {
 }
 
 // registerIndexMetrics exposes the index engine's figures, read at scrape
-// time: its size and open transactions on every engine, and on a shared one
+// time: its size and open transactions and the group commit's counters on
+// every engine, and on a shared one
 // the transactions retried after a serialization conflict, the resyncs (a
 // notification possibly lost: every in-memory view dropped) and the cluster
 // locks held.
@@ -29,6 +30,22 @@ func registerIndexMetrics(reg prometheus.Registerer, st *store.Store, engine kv.
 			Namespace: "registryd", Subsystem: "index", Name: "open_transactions",
 			Help: "Open index transactions (bbolt) or PostgreSQL connections in use.",
 		}, func() float64 { return float64(st.Stats().TxOpen) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "registryd", Subsystem: "index", Name: "batch_commits_total",
+			Help: "Index transactions committed by the group commit, each carrying one or more cache entry writes.",
+		}, func() float64 { return float64(st.BatchStats().Commits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "registryd", Subsystem: "index", Name: "batched_writes_total",
+			Help: "Cache entry writes (fills, revalidations, download counts) committed by the group commit; divided by batch_commits_total, the mean batch.",
+		}, func() float64 { return float64(st.BatchStats().Writes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "registryd", Subsystem: "index", Name: "batch_solo_retries_total",
+			Help: "Cache entry writes that failed inside a shared transaction and ran again alone.",
+		}, func() float64 { return float64(st.BatchStats().Alone) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "registryd", Subsystem: "index", Name: "batch_queued_writes",
+			Help: "Cache entry writes waiting for the commit of their shared transaction.",
+		}, func() float64 { return float64(st.BatchStats().Queued) }),
 	}
 	if c, ok := engine.(clusterEngine); ok {
 		cs = append(cs,

@@ -239,7 +239,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		// Open, closes it.
 		probe = newDBProbe(engine)
 	}
-	st, err := openStore(cfg.Data.Dir, key, engine)
+	st, err := openStore(cfg.Data.Dir, key, engine, cfg.Store)
 	if err != nil {
 		return err
 	}

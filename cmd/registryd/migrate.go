@@ -125,7 +125,7 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 	// The cluster opens the copy with its key (what every node does at
 	// start), the last check.
 	handedOver = true
-	cst, err := openStore(cfg.Data.Dir, key, dst)
+	cst, err := openStore(cfg.Data.Dir, key, dst, cfg.Store)
 	if err != nil {
 		return fmt.Errorf("the copied index does not open with the cluster's configuration: %w", err)
 	}
