@@ -46,6 +46,9 @@ type Options struct {
 	// Logger receives the store's warnings (a failed cluster publish).
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Matcher decides which versions an advisory affects (osv.Matcher).
+	// Without one, advisories are kept but match no dependency.
+	Matcher AdvisoryMatcher
 }
 
 // Store is the open index.
@@ -74,6 +77,11 @@ type Store struct {
 	readFailures atomic.Uint64
 	// cluster is set when other nodes share the engine (cluster.go).
 	cluster *clusterState
+	// matcher matches dependencies against advisories (Options.Matcher);
+	// advFilter is the set of packages that have advisories, as of an
+	// advisory generation (advisories_match.go).
+	matcher   AdvisoryMatcher
+	advFilter atomic.Pointer[advisoryFilter]
 }
 
 // ErrLocked means another process holds the database.
@@ -128,7 +136,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		db = bdb
 	}
-	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
+	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
 	if c, ok := db.(kv.Cluster); ok {
 		// ctx bounds the wait; it is cancelled after the unlock, in case an
 		// engine ties the lock's connection to it.
