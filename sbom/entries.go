@@ -3,6 +3,7 @@ package sbom
 import (
 	"slices"
 
+	"registryd/osv"
 	"registryd/store"
 )
 
@@ -11,7 +12,7 @@ type depKey struct{ name, version, pm, file string }
 
 // result turns the components into dependency list entries.
 func (sr *sbomReader) result(opts Options) (*Result, error) {
-	res := &Result{SpecVersion: sr.version, Skipped: sr.skipped}
+	res := &Result{SpecVersion: firstOf(sr.version, sr.spdx.version), Skipped: sr.skipped}
 	root := sr.root.String()
 	optFile := cleanPath(opts.FilePath)
 	relative := map[string]string{} // SrcFile -> path in the repository
@@ -46,6 +47,7 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 		if d.PackageManager == "" {
 			d.PackageManager = derivePackageManager(c.ptype, d.FilePath)
 		}
+		d.Ecosystem, d.Package = advisoryPackage(c, d.PackageManager)
 		key := depKey{d.Name, d.Version, d.PackageManager, d.FilePath}
 		idx, dup := seen[key]
 		if dup {
@@ -96,6 +98,23 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// advisoryPackage is the ecosystem and package name advisories know the
+// entry by: from its purl, else from its package manager and name. The
+// package is "" when it is the entry's name.
+func advisoryPackage(c *compRecord, pm string) (eco, pkg string) {
+	if c.eco != "" {
+		return c.eco, c.pkg
+	}
+	if c.ptype != "" {
+		return "", "" // a purl of a type without advisories here (deb, rpm, ...)
+	}
+	eco, pkg = osv.PackageOfManager(pm, c.name)
+	if pkg == c.name {
+		pkg = ""
+	}
+	return eco, pkg
 }
 
 func firstOf(vals ...string) string {

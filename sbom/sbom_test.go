@@ -144,12 +144,18 @@ func TestParseSBOMRejects(t *testing.T) {
 	}{
 		{"not JSON", `bomFormat: CycloneDX`, "the body is not valid JSON (at byte 1: invalid character 'b' looking for beginning of value)"},
 		{"empty", ``, "the body ends before the SBOM does"},
-		{"array", `[{"bomFormat":"CycloneDX"}]`, "the body is not a CycloneDX JSON SBOM: it is not a JSON object"},
-		{"SPDX", `{"spdxVersion":"SPDX-2.3","packages":[]}`, "the body is not a CycloneDX JSON SBOM: bomFormat is missing"},
-		{"other format", `{"bomFormat":"SPDX","specVersion":"1.6"}`, `the body is not a CycloneDX JSON SBOM: bomFormat is "SPDX", not "CycloneDX"`},
+		{"array", `[{"bomFormat":"CycloneDX"}]`, "the body is not a JSON SBOM: it is not a JSON object; send " + acceptedFormats},
+		{"neither format", `{"name":"x","packages_":[]}`, "the body is not an SBOM registryd reads: it has neither bomFormat (CycloneDX) nor spdxVersion (SPDX); send " + acceptedFormats},
+		{"SPDX 2.1", `{"spdxVersion":"SPDX-2.1","packages":[]}`, `SPDX version "SPDX-2.1" is not supported; use SPDX-2.2, SPDX-2.3 (JSON), or CycloneDX 1.4, 1.5, 1.6, 1.7`},
+		{"SPDX 3 JSON-LD", `{"@context":"https://spdx.org/rdf/3.0.1/spdx-context.jsonld","@graph":[]}`, "SPDX 3 (JSON-LD) is not supported; send " + acceptedFormats},
+		{"SPDX without version", `{"SPDXID":"SPDXRef-DOCUMENT","packages":[{"name":"a"}]}`, "the SPDX document has no spdxVersion"},
+		{"both formats", `{"bomFormat":"CycloneDX","specVersion":"1.6","spdxVersion":"SPDX-2.3"}`, "the body has both bomFormat (CycloneDX) and spdxVersion (SPDX); send one SBOM"},
+		{"SPDX package without name", `{"spdxVersion":"SPDX-2.3","packages":[{"SPDXID":"SPDXRef-a","name":"a"},{"SPDXID":"SPDXRef-b"}]}`, "packages[1].name: is missing"},
+		{"SPDX package of the wrong type", `{"spdxVersion":"SPDX-2.3","packages":[{"name":"a","versionInfo":1}]}`, "packages[0].versionInfo: must be a JSON string, not number"},
+		{"other format", `{"bomFormat":"SPDX","specVersion":"1.6"}`, `the body is not a CycloneDX JSON SBOM: bomFormat is "SPDX", not "CycloneDX"; send ` + acceptedFormats},
 		{"no version", `{"bomFormat":"CycloneDX","components":[]}`, "the SBOM has no specVersion"},
-		{"1.3", `{"bomFormat":"CycloneDX","specVersion":"1.3"}`, `CycloneDX specVersion "1.3" is not supported; use 1.4, 1.5, 1.6`},
-		{"1.7", `{"specVersion":"1.7","bomFormat":"CycloneDX"}`, `CycloneDX specVersion "1.7" is not supported; use 1.4, 1.5, 1.6`},
+		{"1.3", `{"bomFormat":"CycloneDX","specVersion":"1.3"}`, `CycloneDX specVersion "1.3" is not supported; use 1.4, 1.5, 1.6, 1.7`},
+		{"1.8", `{"specVersion":"1.8","bomFormat":"CycloneDX"}`, `CycloneDX specVersion "1.8" is not supported; use 1.4, 1.5, 1.6, 1.7`},
 		{"version is a number", `{"bomFormat":"CycloneDX","specVersion":1.5}`, "specVersion: must be a JSON string, not number"},
 		{"truncated", `{"bomFormat":"CycloneDX","specVersion":"1.6","components":[{"name":"a"`, "the body ends before the SBOM does"},
 		{"trailing data", sbom(``) + `{}`, "the body has data after the SBOM"},
@@ -349,5 +355,70 @@ func TestParseSBOMVulnerabilities(t *testing.T) {
 	}
 	if got, want := res.Dependencies[1].Vulnerabilities, []string{"CVE-2", "CVE-3", "only-ref", "CVE-1"}; !slices.Equal(got, want) {
 		t.Errorf("b: %q, want %q", got, want)
+	}
+}
+
+// Twins are the same project scanned twice: the new format must give
+// exactly the entries of the one registryd read before.
+func TestParseSBOMTwins(t *testing.T) {
+	for _, tt := range []struct{ file, twin string }{
+		{"cdxgen-npm-1.7.json", "cdxgen-npm-1.6.json"},
+		{"cdxgen-goapp-1.7.json", "cdxgen-goapp-1.6.json"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			got, err := Read(sbomFixture(t, tt.file), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := Read(sbomFixture(t, tt.twin), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Dependencies) == 0 || fmt.Sprintf("%+v", got.Dependencies) != fmt.Sprintf("%+v", want.Dependencies) ||
+				got.Skipped != want.Skipped {
+				t.Fatalf("%s:\n%+v\n%s:\n%+v", tt.file, got.Dependencies, tt.twin, want.Dependencies)
+			}
+		})
+	}
+}
+
+// Every entry says which package advisories know it by: from its purl,
+// else from its package manager.
+func TestParseSBOMAdvisoryPackages(t *testing.T) {
+	body := sbom(`,"components":[
+		{"group":"org.apache.logging.log4j","name":"log4j-core","version":"2.14.1","purl":"pkg:maven/org.apache.logging.log4j/log4j-core@2.14.1"},
+		{"name":"cats-core_2.13","version":"2.10.0","purl":"pkg:maven/org.typelevel/cats-core_2.13@2.10.0"},
+		{"group":"@babel","name":"parser","version":"7.24.0","purl":"pkg:npm/%40babel/parser@7.24.0"},
+		{"name":"PyYAML","version":"5.3","purl":"pkg:pypi/pyyaml@5.3"},
+		{"name":"Django","version":"4.2","properties":[{"name":"SrcFile","value":"/src/requirements.txt"}]},
+		{"name":"github.com/gin-gonic/gin","version":"v1.5.0","purl":"pkg:golang/github.com/gin-gonic/gin@v1.5.0"},
+		{"name":"Newtonsoft.Json","version":"12.0.1","purl":"pkg:nuget/Newtonsoft.Json@12.0.1"},
+		{"name":"rails","version":"7.1.2","purl":"pkg:gem/rails@7.1.2"},
+		{"name":"symfony/http-kernel","version":"v5.4.0","purl":"pkg:composer/symfony/http-kernel@v5.4.0"},
+		{"name":"libc6","version":"2.36","purl":"pkg:deb/debian/libc6@2.36"},
+		{"name":"lodash","version":"4.17.20","properties":[{"name":"gitlab:dependency_scanning:package_manager:name","value":"yarn"}]}]`)
+	res, err := Read(strings.NewReader(body), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Dependencies {
+		got = append(got, d.Name+" -> "+d.Ecosystem+" "+d.Package)
+	}
+	want := []string{
+		"org.apache.logging.log4j/log4j-core -> Maven ",
+		"cats-core_2.13 -> Maven org.typelevel/cats-core_2.13",
+		"@babel/parser -> npm ",
+		"PyYAML -> PyPI pyyaml",
+		"Django -> PyPI django",
+		"github.com/gin-gonic/gin -> Go ",
+		"Newtonsoft.Json -> NuGet newtonsoft.json",
+		"rails -> RubyGems ",
+		"symfony/http-kernel -> Packagist ",
+		"libc6 ->  ",
+		"lodash -> npm ",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got\n%q\nwant\n%q", got, want)
 	}
 }
