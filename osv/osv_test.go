@@ -253,7 +253,7 @@ func TestReadZip(t *testing.T) {
 		t.Fatal(err)
 	}
 	archive := zipOf(t, map[string]string{
-		"golang.org/x/vulndb@v0/data/osv/GO-2020-0001.json": string(gin),
+		"golang.org/x/vulndb@v0/data/osv/GO-2020-0001.json":  string(gin),
 		"golang.org/x/vulndb@v0/data/cve/v5/CVE-2020-1.json": `{"dataType":"CVE_RECORD","cveMetadata":{"cveId":"CVE-2020-1"}}`,
 		"golang.org/x/vulndb@v0/data/osv/broken.json":        `{"id":"GO-X","modified":`,
 		"golang.org/x/vulndb@v0/README.md":                   "not a record",

@@ -25,9 +25,9 @@ type Stats struct {
 	Files int `json:"files"`
 	// NotOSV counts JSON documents that are not OSV records (an archive's
 	// other files: the Go module's CVE records, indexes).
-	NotOSV int `json:"not_osv"`
+	NotOSV int `json:"not_osv_files"`
 	// Invalid counts records with an impossible value (an id too long).
-	Invalid int `json:"invalid"`
+	Invalid int `json:"invalid_files"`
 }
 
 // recordFile says whether an archive or directory entry holds records:
