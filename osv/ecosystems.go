@@ -71,6 +71,12 @@ func NormalizeName(ecosystem, name string) string {
 	return name
 }
 
+// EcosystemOfManager is the ecosystem of a package manager, or "".
+func EcosystemOfManager(manager string) string { return managers[manager] }
+
+// EcosystemOfPurlType is the ecosystem of a package URL type, or "".
+func EcosystemOfPurlType(ptype string) string { return purlTypes[ptype] }
+
 // PackageOfPurl is the ecosystem and normalised name of a package URL's
 // parts (type, namespace, name), or "" when the type has no ecosystem.
 func PackageOfPurl(ptype, namespace, name string) (ecosystem, pkg string) {
@@ -93,6 +99,11 @@ func PackageOfManager(manager, name string) (ecosystem, pkg string) {
 		return "", ""
 	}
 	return ecosystem, NormalizeName(ecosystem, name)
+}
+
+// PackageOf is store.AdvisoryMatcher's: PackageOfManager.
+func (Matcher) PackageOf(manager, name string) (ecosystem, pkg string) {
+	return PackageOfManager(manager, name)
 }
 
 // order is an ecosystem's version order: parse reads a version (ok false

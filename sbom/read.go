@@ -34,9 +34,6 @@ type compRecord struct {
 	srcFile               string // as cdxgen wrote it
 	occurrence            string // cleaned
 	licenses              []store.License
-	// eco and pkg are the package advisories name, from the purl; pkg is
-	// "" when it is the listed name.
-	eco, pkg string
 }
 
 // vulnRecord is a vulnerability of the SBOM, once per key.
@@ -66,6 +63,10 @@ type sbomReader struct {
 	lics                  map[string][]store.License
 	problems              *store.ValidationError
 	spdx                  spdxState
+	// pkgs holds, by index in comps, the package names advisories know a
+	// purl by that are not the listed name's (a Maven purl of a component
+	// without a group): few, so no component pays for a field.
+	pkgs map[int]string
 }
 
 func (sr *sbomReader) read() error {
@@ -179,16 +180,16 @@ func unsupportedVersion(v string) error {
 		strings.Join(supportedSpecVersions, ", "))
 }
 
-// purlPackage sets the purl type and the advisory package of c from its
-// purl.
-func (sr *sbomReader) purlPackage(c *compRecord, purl string) {
+// purlPackage sets the purl type of c (comps[slot]) and keeps the package
+// its purl names when it is not its listed name's.
+func (sr *sbomReader) purlPackage(slot int, c *compRecord, purl string) {
 	ptype, ns, name := purlParts(purl)
 	c.ptype = sr.intern(ptype)
-	if eco, pkg := osv.PackageOfPurl(ptype, ns, name); eco != "" {
-		c.eco = eco
-		if pkg != c.name {
-			c.pkg = pkg
+	if eco, pkg := osv.PackageOfPurl(ptype, ns, name); eco != "" && pkg != c.name && pkg != osv.NormalizeName(eco, c.name) {
+		if sr.pkgs == nil {
+			sr.pkgs = map[int]string{}
 		}
+		sr.pkgs[slot] = pkg
 	}
 }
 
@@ -387,7 +388,7 @@ func (sr *sbomReader) component(prefix string, i, depth int) error {
 		// Maven groupId, npm scope: GitLab lists group/name.
 		c.name = group + "/" + name
 	}
-	sr.purlPackage(&c, purl)
+	sr.purlPackage(slot, &c, purl)
 	sr.comps[slot] = c
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"registryd/osv"
+	"registryd/sbom/sbomtest"
 	"registryd/store"
 )
 
@@ -403,22 +405,56 @@ func TestParseSBOMAdvisoryPackages(t *testing.T) {
 	}
 	var got []string
 	for _, d := range res.Dependencies {
-		got = append(got, d.Name+" -> "+d.Ecosystem+" "+d.Package)
+		// As the store resolves it.
+		eco, pkg, ok := strings.Cut(d.Package, "\x00")
+		if !ok {
+			eco, pkg = osv.PackageOfManager(d.PackageManager, d.Name)
+		}
+		got = append(got, d.Name+" -> "+eco+" "+pkg)
 	}
 	want := []string{
-		"org.apache.logging.log4j/log4j-core -> Maven ",
+		"org.apache.logging.log4j/log4j-core -> Maven org.apache.logging.log4j/log4j-core",
 		"cats-core_2.13 -> Maven org.typelevel/cats-core_2.13",
-		"@babel/parser -> npm ",
+		"@babel/parser -> npm @babel/parser",
 		"PyYAML -> PyPI pyyaml",
 		"Django -> PyPI django",
-		"github.com/gin-gonic/gin -> Go ",
+		"github.com/gin-gonic/gin -> Go github.com/gin-gonic/gin",
 		"Newtonsoft.Json -> NuGet newtonsoft.json",
-		"rails -> RubyGems ",
-		"symfony/http-kernel -> Packagist ",
+		"rails -> RubyGems rails",
+		"symfony/http-kernel -> Packagist symfony/http-kernel",
 		"libc6 ->  ",
-		"lodash -> npm ",
+		"lodash -> npm lodash",
+	}
+	// Only cats-core (no group in the SBOM) needs its own package: the
+	// others follow from their package manager and name.
+	for _, d := range res.Dependencies {
+		if (d.Package != "") != (d.Name == "cats-core_2.13") {
+			t.Errorf("%s: Package %q", d.Name, d.Package)
+		}
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got\n%q\nwant\n%q", got, want)
+	}
+}
+
+// The benchmarks' SPDX document reads as syft's would: every package an
+// entry, located by its evident-by file, the root directory left out.
+func TestParseLargeSPDX(t *testing.T) {
+	var buf strings.Builder
+	n, err := sbomtest.WriteLargeSPDX(&buf, 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Read(strings.NewReader(buf.String()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Dependencies) != n || res.Skipped != 1 || res.SpecVersion != "SPDX-2.3" {
+		t.Fatalf("%d entries of %d packages, %d skipped, spec %q", len(res.Dependencies), n, res.Skipped, res.SpecVersion)
+	}
+	d := res.Dependencies[0]
+	if d.Name != "org.example.g0/component-0" || d.PackageManager != "maven" || d.FilePath != "builds/acme/monorepo/services/api/pom.xml" ||
+		d.Package != "" || len(d.Licenses) != 1 || d.Licenses[0].SPDX != "Apache-2.0" {
+		t.Fatalf("first entry %+v", d)
 	}
 }

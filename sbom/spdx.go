@@ -119,7 +119,7 @@ func (sr *sbomReader) spdxPackageAt(i int) error {
 		// artifact id alone.
 		c.name = ns + "/" + p.Name
 	}
-	sr.purlPackage(&c, purl)
+	sr.purlPackage(len(sr.comps), &c, purl)
 	lic := p.LicenseConcluded
 	if noAssertion(lic) {
 		lic = p.LicenseDeclared

@@ -53,6 +53,10 @@ type AdvisoryPackage struct {
 // so that the store stays ignorant of version orders.
 type AdvisoryMatcher interface {
 	Affects(ecosystem, version string, affected []byte) bool
+	// PackageOf is the package advisories name an entry by when the upload
+	// does not say (NewDependency.Package): from its package manager and
+	// listed name; "" when the manager has no ecosystem.
+	PackageOf(manager, name string) (ecosystem, pkg string)
 }
 
 // Limits of advisories: longer values are refused at import.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -299,13 +298,10 @@ type advisoryCache struct {
 }
 
 func (c *advisoryCache) of(eco, name string) []pkgAdvisory {
-	if !matchable(eco, name) {
+	if !matchable(eco, name) || (c.filter != nil && !c.filter.has(pkgHashOf(eco, name))) {
 		return nil
 	}
 	pk := pkgKey(eco, name)
-	if c.filter != nil && !c.filter.has(pkgHash(pk)) {
-		return nil
-	}
 	if advs, ok := c.byPkg[string(pk)]; ok {
 		return advs
 	}
@@ -320,13 +316,4 @@ func (c *advisoryCache) of(eco, name string) []pkgAdvisory {
 // sameVulns reports whether two entries list the same vulnerabilities.
 func sameVulns(a, b []DependencyVulnerability) bool {
 	return slices.Equal(a, b)
-}
-
-// trimKey cuts a key for an error message.
-func trimKey(k []byte) string {
-	s := strings.ToValidUTF8(string(k), "?")
-	if len(s) > 80 {
-		s = s[:80] + "..."
-	}
-	return s
 }

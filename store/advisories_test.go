@@ -18,6 +18,16 @@ import (
 // tests (and itest end to end).
 type versionsMatcher struct{}
 
+func (versionsMatcher) PackageOf(manager, name string) (string, string) {
+	switch manager {
+	case "npm", "yarn":
+		return "npm", name
+	case "pip":
+		return "PyPI", strings.ToLower(name)
+	}
+	return "", ""
+}
+
 func (versionsMatcher) Affects(_, version string, affected []byte) bool {
 	var a struct {
 		V []string `json:"v"`
@@ -60,7 +70,7 @@ func advisories(as ...*Advisory) iter.Seq2[*Advisory, error] {
 }
 
 func npmDep(name, version string, vulns ...string) NewDependency {
-	return NewDependency{Name: name, Version: version, PackageManager: "npm", Ecosystem: "npm", Vulnerabilities: vulns}
+	return NewDependency{Name: name, Version: version, PackageManager: "npm", Vulnerabilities: vulns}
 }
 
 // vulnLines lists a project's entries with their vulnerabilities:
@@ -103,7 +113,7 @@ func TestAdvisoryImportUpdatesLists(t *testing.T) {
 	app, web, other := depProject(t, s, "app"), depProject(t, s, "web"), depProject(t, s, "other")
 	ok(s.ReplaceDependencies(app.ID, []NewDependency{npmDep("lodash", "4.17.20"), npmDep("minimist", "1.2.5"), npmDep("ms", "2.1.3")}, nil))(t)
 	ok(s.ReplaceDependencies(web.ID, []NewDependency{npmDep("lodash", "4.17.21"), npmDep("minimist", "1.2.5")}, nil))(t)
-	ok(s.ReplaceDependencies(other.ID, []NewDependency{{Name: "left-pad", Version: "1.3.0", PackageManager: "yarn", Ecosystem: "npm"}}, nil))(t)
+	ok(s.ReplaceDependencies(other.ID, []NewDependency{{Name: "left-pad", Version: "1.3.0", PackageManager: "yarn"}}, nil))(t)
 
 	first := ok(s.ImportAdvisories(AdvisoryImport{Source: "db", Full: true}, advisories(
 		adv("GHSA-35jh-r3h4-6jhm", "Command Injection in lodash", "high", []string{"CVE-2021-23337"}, "npm/lodash@4.17.19,4.17.20"),
@@ -202,7 +212,7 @@ func TestAdvisoryAliasesFold(t *testing.T) {
 	app := depProject(t, s, "app")
 	ok(s.ReplaceDependencies(app.ID, []NewDependency{
 		npmDep("lodash", "4.17.20", "CVE-2021-23337"),
-		{Name: "requests", Version: "2.30.0", PackageManager: "pip", Ecosystem: "PyPI"},
+		{Name: "Requests", Version: "2.30.0", PackageManager: "pip"},
 	}, []NewVulnerability{{ExternalID: "CVE-2021-23337", Name: "CVE-2021-23337", Severity: "critical"}}))(t)
 	sbomID := page(t, s, app.ID, nil, 0, 1)[0].Vulnerabilities[0].ID
 	ok(s.ImportAdvisories(AdvisoryImport{Source: "db"}, advisories(
@@ -213,7 +223,7 @@ func TestAdvisoryAliasesFold(t *testing.T) {
 	)))(t)
 	wantLines(t, vulnLines(t, s, app.ID), []string{
 		"lodash@4.17.20: GHSA-35jh-r3h4-6jhm Command Injection in lodash high 3",
-		"requests@2.30.0: GHSA-j8r2-6x86-q33q Unintended leak of Proxy-Authorization header in requests medium 2",
+		"Requests@2.30.0: GHSA-j8r2-6x86-q33q Unintended leak of Proxy-Authorization header in requests medium 2",
 	})
 	if got := page(t, s, app.ID, nil, 0, 1)[0].Vulnerabilities[0].ID; got != sbomID {
 		t.Fatalf("the SBOM's vulnerability %d became %d", sbomID, got)
@@ -235,9 +245,10 @@ func pkgIndexKeys(t *testing.T, s *Store, project int64) (exact, buckets int) {
 			if btoi(k[len(k)-8:]) != project {
 				return nil
 			}
-			if k[0] == pkgExactTag {
+			switch k[0] {
+			case pkgExactTag:
 				exact++
-			} else {
+			case pkgBucketTag:
 				buckets++
 			}
 			return nil

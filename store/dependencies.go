@@ -64,12 +64,29 @@ var Severities = []string{"critical", "high", "medium", "low", "info", "unknown"
 // NewVulnerability.ExternalID values of the same upload.
 type NewDependency struct {
 	Name, Version, PackageManager, FilePath string
-	// Ecosystem and Package are the package as advisories name it (an
-	// AdvisoryPackage's Ecosystem and Name); Package "" means Name. An
-	// entry without an ecosystem is matched against no advisory.
-	Ecosystem, Package string
-	Licenses           []License
-	Vulnerabilities    []string
+	// Package is the package as advisories name it, PackageRef(ecosystem,
+	// name) of an AdvisoryPackage, when the matcher would not derive it
+	// from PackageManager and Name (AdvisoryMatcher.PackageOf): "" (the
+	// usual case, which costs an upload no memory) means derive it,
+	// PackageRef("", "") means none.
+	Package         string
+	Licenses        []License
+	Vulnerabilities []string
+}
+
+// PackageRef is NewDependency.Package for a package of an ecosystem.
+func PackageRef(ecosystem, name string) string { return ecosystem + "\x00" + name }
+
+// packageOfNew is the advisory package of an upload's entry.
+func (s *Store) packageOfNew(nd *NewDependency) (eco, name string) {
+	if nd.Package != "" {
+		eco, name, _ = strings.Cut(nd.Package, "\x00")
+		return eco, name
+	}
+	if s.matcher == nil {
+		return "", ""
+	}
+	return s.matcher.PackageOf(nd.PackageManager, nd.Name)
 }
 
 // NewVulnerability is one vulnerability of an upload.
@@ -195,9 +212,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 				return err
 			}
 		}
-		// The old list's package index keys, read before its chunks are
-		// overwritten.
-		oldPkgKeys := oldPackageKeys(depsB, project, old)
+		oldPkgKeys := oldPackageKeys(byPkg, project)
 
 		vr := newVulnResolver(tx, project, now)
 		stored := make(map[string]DependencyVulnerability, len(vulns))
@@ -237,8 +252,10 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		for i, nd := range deps {
 			pos := int64(i + 1)
 			d := Dependency{Name: nd.Name, Version: nd.Version, PackageManager: nd.PackageManager,
-				FilePath: nd.FilePath, Ecosystem: nd.Ecosystem, Package: packageOf(&nd), Licenses: nd.Licenses,
-				Vulnerabilities: dvs[:0]}
+				FilePath: nd.FilePath, Licenses: nd.Licenses, Vulnerabilities: dvs[:0]}
+			if eco, name := s.packageOfNew(&deps[i]); eco != "" {
+				d.Ecosystem, d.Package = eco, name
+			}
 			for _, ref := range nd.Vulnerabilities {
 				dv := stored[ref]
 				if !slices.ContainsFunc(d.Vulnerabilities, func(x DependencyVulnerability) bool { return x.ID == dv.ID }) {
@@ -265,7 +282,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 					return err
 				}
 			}
-			pkgs.add(&d, pos)
+			pkgs.add(&d, pos, len(deps))
 			r := runs[d.PackageManager]
 			if r == nil {
 				r = &pmRun{}
@@ -302,9 +319,8 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		}); err != nil {
 			return err
 		}
-		newPkgKeys, buckets, err := pkgs.write(byPkg, project, &mem, func(pos int64) []byte {
-			nd := &deps[pos-1]
-			return pkgKey(nd.Ecosystem, packageOf(nd))
+		newPkgKeys, err := pkgs.write(byPkg, project, &mem, func(pos int64) []byte {
+			return pkgKey(s.packageOfNew(&deps[pos-1]))
 		})
 		if err != nil {
 			return err
@@ -317,8 +333,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 			}
 		}
 		list.Dependencies, list.Licenses, list.Vulnerabilities = len(deps), len(licenses), len(refs)
-		return putJSON(lists, itob(project), storedDepList{DependencyList: list, Layout: depLayoutPackages,
-			PkgBuckets: buckets, VulnRefs: refs})
+		return putJSON(lists, itob(project), storedDepList{DependencyList: list, Layout: depLayoutPackages, VulnRefs: refs})
 	})
 	if err != nil {
 		return DependencyList{}, err
@@ -334,32 +349,14 @@ func packageName(d *Dependency) string {
 	return d.Name
 }
 
-// packageOf is the advisory package name of an upload's entry.
-func packageOf(nd *NewDependency) string {
-	if nd.Package != "" {
-		return nd.Package
-	}
-	return nd.Name
-}
-
-// oldPackageKeys lists the package index keys of a project's stored list
-// (at most maxExactPackages), from its chunks.
-func oldPackageKeys(depsB kv.Bucket, project int64, old storedDepList) map[string]bool {
-	if old.Layout != depLayoutPackages {
-		return nil
-	}
+// oldPackageKeys lists the package index keys of a project's stored list,
+// from its manifest (dependencies_index.go).
+func oldPackageKeys(byPkg kv.Bucket, project int64) map[string]bool {
 	keys := map[string]bool{}
-	r := &depChunkReader{b: depsB, project: project, chunk: -1}
-	for pos := int64(1); ; pos++ {
-		d, ok := r.at(pos)
-		if !ok {
-			return keys
-		}
-		if name := packageName(&d); matchable(d.Ecosystem, name) {
-			pk := pkgKey(d.Ecosystem, name)
-			keys[string(pkgIndexKey(project, pk, pkgHash(pk), old.PkgBuckets))] = true
-		}
+	for _, k := range manifestKeys(byPkg.Get(pkgManifestKey(project))) {
+		keys[string(k)] = true
 	}
+	return keys
 }
 
 // DependencyListOf returns the summary of a project's list; a project that

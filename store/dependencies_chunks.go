@@ -56,9 +56,6 @@ const (
 type storedDepList struct {
 	DependencyList
 	Layout int `json:"layout,omitempty"`
-	// PkgBuckets says the package index of the list is by hash bucket
-	// rather than by package (dependencies_index.go).
-	PkgBuckets bool `json:"pkg_buckets,omitempty"`
 	// VulnRefs counts the entries each vulnerability affects, so that an
 	// advisory import that changes a few entries keeps
 	// DependencyList.Vulnerabilities exact.

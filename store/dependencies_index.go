@@ -5,7 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 
@@ -120,12 +120,15 @@ func deleteWhere(b kv.Bucket, seek, prefix []byte, drop func(k []byte) bool) err
 // keys of its bucket, which every large list that has a package of that
 // bucket holds. The value is a sequence of records: the package's hash (8
 // bytes), the number of its positions and their uvarint deltas (the first
-// from 0).
+// from 0). 'M' + project id is the list's manifest: the keys it wrote
+// (uvarint length + key each), so that the next upload deletes those it
+// does not write again without reading the old list.
 const (
 	maxExactPackages = 1024
 	pkgBucketBits    = 10
 	pkgExactTag      = 'E'
 	pkgBucketTag     = 'B'
+	pkgManifestTag   = 'M'
 )
 
 // pkgKey is ecosystem + 0 + name: how advisories and the index name a
@@ -143,11 +146,49 @@ func matchable(eco, name string) bool {
 		strings.IndexByte(eco, 0) < 0 && strings.IndexByte(name, 0) < 0
 }
 
-// pkgHash is FNV-1a 64 of the package key.
+// FNV-1a 64, written out so that hashing an entry's package allocates
+// nothing.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// pkgHash is FNV-1a 64 of a package key.
 func pkgHash(pk []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(pk)
-	return h.Sum64()
+	h := uint64(fnvOffset)
+	for _, c := range pk {
+		h = (h ^ uint64(c)) * fnvPrime
+	}
+	return h
+}
+
+// pkgHashOf is pkgHash(pkgKey(eco, name)).
+func pkgHashOf(eco, name string) uint64 {
+	h := uint64(fnvOffset)
+	for i := 0; i < len(eco); i++ {
+		h = (h ^ uint64(eco[i])) * fnvPrime
+	}
+	h *= fnvPrime // ^ 0
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * fnvPrime
+	}
+	return h
+}
+
+func pkgManifestKey(project int64) []byte { return append([]byte{pkgManifestTag}, itob(project)...) }
+
+// manifestKeys splits a manifest value.
+func manifestKeys(v []byte) [][]byte {
+	var out [][]byte
+	for len(v) > 0 {
+		n, k := binary.Uvarint(v)
+		if k <= 0 || uint64(len(v)-k) < n {
+			panic(fmt.Sprintf("store: corrupt package index manifest %x", v))
+		}
+		out = append(out, v[k:k+int(n)])
+		v = v[k+int(n):]
+	}
+	return out
 }
 
 func pkgBucket(h uint64) uint16 { return uint16(h >> (64 - pkgBucketBits)) }
@@ -161,14 +202,6 @@ func pkgExactPrefix(pk []byte) []byte {
 
 func pkgBucketPrefix(b uint16) []byte {
 	return []byte{pkgBucketTag, byte(b >> 8), byte(b)}
-}
-
-// pkgIndexKey is the key of a list's positions of package pk (hash h).
-func pkgIndexKey(project int64, pk []byte, h uint64, buckets bool) []byte {
-	if buckets {
-		return append(pkgBucketPrefix(pkgBucket(h)), itob(project)...)
-	}
-	return append(pkgExactPrefix(pk), itob(project)...)
 }
 
 // appendPkgPositions adds a record to an index value.
@@ -226,9 +259,12 @@ type pkgIndexWriter struct {
 	ents []pkgEnt
 }
 
-func (w *pkgIndexWriter) add(d *Dependency, pos int64) {
+func (w *pkgIndexWriter) add(d *Dependency, pos int64, n int) {
 	if name := packageName(d); matchable(d.Ecosystem, name) {
-		w.ents = append(w.ents, pkgEnt{hash: pkgHash(pkgKey(d.Ecosystem, name)), pos: pos})
+		if w.ents == nil {
+			w.ents = make([]pkgEnt, 0, n) // the list's size: no growth, no slack
+		}
+		w.ents = append(w.ents, pkgEnt{hash: pkgHashOf(d.Ecosystem, name), pos: pos})
 	}
 }
 
@@ -269,10 +305,26 @@ func (w *pkgIndexWriter) buckets() bool {
 	return n > maxExactPackages
 }
 
-// write puts the list's index keys and returns them (as strings, at most
-// maxExactPackages), so that the old list's other keys can be deleted.
-// pkgAt gives the package of a position.
-func (w *pkgIndexWriter) write(b kv.Bucket, project int64, mem *arena, pkgAt func(pos int64) []byte) (map[string]bool, bool, error) {
+// write puts the list's index keys and its manifest and returns the keys
+// (as strings, at most maxExactPackages), so that the old list's other
+// keys can be deleted. pkgAt gives the package of a position.
+func (w *pkgIndexWriter) write(b kv.Bucket, project int64, mem *arena, pkgAt func(pos int64) []byte) (map[string]bool, error) {
+	keys, err := w.writeKeys(b, project, mem, pkgAt)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return keys, b.Delete(pkgManifestKey(project))
+	}
+	var m []byte
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		m = binary.AppendUvarint(m, uint64(len(k)))
+		m = append(m, k...)
+	}
+	return keys, b.Put(pkgManifestKey(project), mem.copy(m))
+}
+
+func (w *pkgIndexWriter) writeKeys(b kv.Bucket, project int64, mem *arena, pkgAt func(pos int64) []byte) (map[string]bool, error) {
 	_ = w.groups(func(uint64, []int64) error { return nil }) // sort
 	buckets := w.buckets()
 	keys := map[string]bool{}
@@ -317,5 +369,5 @@ func (w *pkgIndexWriter) write(b kv.Bucket, project int64, mem *arena, pkgAt fun
 	if err == nil && buckets {
 		err = flush()
 	}
-	return keys, buckets, err
+	return keys, err
 }
