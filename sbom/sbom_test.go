@@ -366,6 +366,9 @@ func TestParseSBOMTwins(t *testing.T) {
 	for _, tt := range []struct{ file, twin string }{
 		{"cdxgen-npm-1.7.json", "cdxgen-npm-1.6.json"},
 		{"cdxgen-goapp-1.7.json", "cdxgen-goapp-1.6.json"},
+		{"syft-npm-1.7.json", "syft-npm-1.6.json"},
+		{"syft-npm.spdx.json", "syft-npm-1.6.json"},
+		{"syft-goapp.spdx.json", "syft-goapp-1.6.json"},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
 			got, err := Read(sbomFixture(t, tt.file), Options{})
@@ -456,5 +459,66 @@ func TestParseLargeSPDX(t *testing.T) {
 	if d.Name != "org.example.g0/component-0" || d.PackageManager != "maven" || d.FilePath != "builds/acme/monorepo/services/api/pom.xml" ||
 		d.Package != "" || len(d.Licenses) != 1 || d.Licenses[0].SPDX != "Apache-2.0" {
 		t.Fatalf("first entry %+v", d)
+	}
+}
+
+// syft's SPDX 2.3 of the npm app: entries, files (from evident-by) and
+// licenses (licenseDeclared, since licenseConcluded is NOASSERTION); the
+// scanned directory is left out, as the project.
+func TestParseSPDXFixture(t *testing.T) {
+	res, err := Read(sbomFixture(t, "syft-npm.spdx.json"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Dependencies {
+		got = append(got, depLine(d))
+		mit := store.License{SPDX: "MIT", Name: "MIT", URL: "https://spdx.org/licenses/MIT.html"}
+		if !slices.Equal(d.Licenses, []store.License{mit}) {
+			t.Errorf("%s licenses %+v", depLine(d), d.Licenses)
+		}
+	}
+	want := []string{"@babel/parser@7.24.0 npm package-lock.json", "debug@4.3.4 npm package-lock.json",
+		"ms@2.1.2 npm package-lock.json", "ms@2.1.3 npm package-lock.json", "registryd-sbom-fixture@1.0.0 npm package-lock.json"}
+	if !slices.Equal(got, want) || res.SpecVersion != "SPDX-2.3" || res.Skipped != 1 {
+		t.Fatalf("entries %q (spec %s, skipped %d)", got, res.SpecVersion, res.Skipped)
+	}
+	// The upload's dependency_file_path comes first, as for CycloneDX.
+	res, err = Read(sbomFixture(t, "syft-npm.spdx.json"), Options{FilePath: "web/package-lock.json"})
+	if err != nil || res.Dependencies[0].FilePath != "web/package-lock.json" {
+		t.Fatalf("with a file path: %+v, %v", res.Dependencies[0], err)
+	}
+}
+
+// SPDX relationships may come before the packages they name; a package a
+// file CONTAINS (Trivy's lockfile packages) gets that file; sourceInfo is
+// the last resort.
+func TestParseSPDXRelationships(t *testing.T) {
+	body := `{"relationships":[
+		{"spdxElementId":"SPDXRef-DOCUMENT","relatedSpdxElement":"SPDXRef-root","relationshipType":"DESCRIBES"},
+		{"spdxElementId":"SPDXRef-app","relatedSpdxElement":"SPDXRef-a","relationshipType":"CONTAINS"}],
+		"spdxVersion":"SPDX-2.2",
+		"packages":[
+		{"SPDXID":"SPDXRef-root","name":"acme/app","versionInfo":"main"},
+		{"SPDXID":"SPDXRef-app","name":"frontend/yarn.lock"},
+		{"SPDXID":"SPDXRef-a","name":"left-pad","versionInfo":"1.3.0","licenseConcluded":"MIT OR Apache-2.0",
+		 "externalRefs":[{"referenceCategory":"PACKAGE_MANAGER","referenceType":"purl","referenceLocator":"pkg:npm/left-pad@1.3.0"}]},
+		{"SPDXID":"SPDXRef-b","name":"slf4j-api","versionInfo":"2.0.9","sourceInfo":"acquired package info from the following paths: /svc/pom.xml, /pom.xml",
+		 "externalRefs":[{"referenceCategory":"PACKAGE-MANAGER","referenceType":"purl","referenceLocator":"pkg:maven/org.slf4j/slf4j-api@2.0.9"}]},
+		{"SPDXID":"SPDXRef-c","name":"debian","versionInfo":"12","primaryPackagePurpose":"OPERATING-SYSTEM"}]}`
+	res, err := Read(strings.NewReader(body), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Dependencies {
+		got = append(got, depLine(d))
+	}
+	want := []string{"left-pad@1.3.0 yarn frontend/yarn.lock", "org.slf4j/slf4j-api@2.0.9 maven svc/pom.xml"}
+	if !slices.Equal(got, want) || res.Skipped != 2 || res.SpecVersion != "SPDX-2.2" {
+		t.Fatalf("entries %q, skipped %d", got, res.Skipped)
+	}
+	if l := res.Dependencies[0].Licenses; len(l) != 2 || l[0].SPDX != "MIT" || l[1].SPDX != "Apache-2.0" {
+		t.Fatalf("licenses %+v", l)
 	}
 }
