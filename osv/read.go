@@ -51,6 +51,7 @@ func ReadZip(r io.ReaderAt, size int64, stats *Stats) iter.Seq2[*store.Advisory,
 			yield(nil, fmt.Errorf("the archive is not a zip file: %w", err))
 			return
 		}
+		br := newFileReader()
 		for _, f := range zr.File {
 			if f.FileInfo().IsDir() || !recordFile(f.Name) {
 				continue
@@ -64,7 +65,7 @@ func ReadZip(r io.ReaderAt, size int64, stats *Stats) iter.Seq2[*store.Advisory,
 				yield(nil, fmt.Errorf("%s: %w", f.Name, err))
 				return
 			}
-			ok := readFile(f.Name, rc, stats, yield)
+			ok := readFile(f.Name, rc, br, stats, yield)
 			rc.Close()
 			if !ok {
 				return
@@ -78,6 +79,7 @@ func ReadZip(r io.ReaderAt, size int64, stats *Stats) iter.Seq2[*store.Advisory,
 func ReadDir(fsys fs.FS, stats *Stats) iter.Seq2[*store.Advisory, error] {
 	return func(yield func(*store.Advisory, error) bool) {
 		stop := errors.New("stop")
+		br := newFileReader()
 		err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -90,7 +92,7 @@ func ReadDir(fsys fs.FS, stats *Stats) iter.Seq2[*store.Advisory, error] {
 				return err
 			}
 			defer f.Close()
-			if !readFile(p, f, stats, yield) {
+			if !readFile(p, f, br, stats, yield) {
 				return stop
 			}
 			return nil
@@ -105,7 +107,7 @@ func ReadDir(fsys fs.FS, stats *Stats) iter.Seq2[*store.Advisory, error] {
 // of records, or records one after the other (NDJSON).
 func ReadStream(r io.Reader, stats *Stats) iter.Seq2[*store.Advisory, error] {
 	return func(yield func(*store.Advisory, error) bool) {
-		readFile("", r, stats, yield)
+		readFile("", r, newFileReader(), stats, yield)
 	}
 }
 
@@ -113,8 +115,11 @@ func streamFile(name string) bool {
 	return strings.ToLower(path.Ext(name)) != ".json"
 }
 
+// newFileReader is the buffer readFile reuses from file to file.
+func newFileReader() *bufio.Reader { return bufio.NewReaderSize(nil, 64<<10) }
+
 // readFile reads the records of one file and reports whether to go on.
-func readFile(name string, r io.Reader, stats *Stats, yield func(*store.Advisory, error) bool) bool {
+func readFile(name string, r io.Reader, br *bufio.Reader, stats *Stats, yield func(*store.Advisory, error) bool) bool {
 	stats.Files++
 	if !streamFile(name) && name != "" {
 		r = io.LimitReader(r, MaxRecordBytes+1)
@@ -128,7 +133,7 @@ func readFile(name string, r io.Reader, stats *Stats, yield func(*store.Advisory
 		}
 		return yield(nil, fmt.Errorf("not JSON: %w", err))
 	}
-	br := bufio.NewReaderSize(r, 64<<10)
+	br.Reset(r)
 	first, err := firstByte(br)
 	if errors.Is(err, io.EOF) {
 		return true

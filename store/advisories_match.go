@@ -244,8 +244,15 @@ func (r *vulnResolver) resolve(keys []string, rec Vulnerability) (DependencyVuln
 	if rec.Name == "" {
 		rec.Name = rec.ExternalID
 	}
-	if err := putJSON(r.vb, itob(id), rec); err != nil {
-		return DependencyVulnerability{}, err
+	// An unchanged record is not written again: an upload of a list that
+	// thousands of advisories match costs reads, and UpdatedAt says when
+	// the vulnerability last changed.
+	var old Vulnerability
+	if !getJSON(r.vb, itob(id), &old) || old.ExternalID != rec.ExternalID || old.Name != rec.Name ||
+		old.Severity != rec.Severity || old.Description != rec.Description {
+		if err := putJSON(r.vb, itob(id), rec); err != nil {
+			return DependencyVulnerability{}, err
+		}
 	}
 	dv := DependencyVulnerability{ID: id, Name: rec.Name, Severity: rec.Severity}
 	r.written[id] = dv
