@@ -213,8 +213,12 @@ func newVulnResolver(tx kv.Tx, project int64, now time.Time) *vulnResolver {
 // resolve returns the project's vulnerability known by any of keys (the
 // smallest id when several are), creating it when none is, and makes
 // every key name it. rec's external id, name, severity and description
-// are written to the record once per transaction.
-func (r *vulnResolver) resolve(keys []string, rec Vulnerability) (DependencyVulnerability, error) {
+// are written to the record; keep says the first record written for an id
+// in this transaction stands (advisories: the same group may be resolved
+// for many entries). An SBOM's vulnerability is written without keep, so
+// that an advisory of the same upload that names it gives it its summary
+// and severity.
+func (r *vulnResolver) resolve(keys []string, rec Vulnerability, keep bool) (DependencyVulnerability, error) {
 	id := int64(0)
 	var unmapped []string
 	for _, k := range keys {
@@ -255,7 +259,9 @@ func (r *vulnResolver) resolve(keys []string, rec Vulnerability) (DependencyVuln
 		}
 	}
 	dv := DependencyVulnerability{ID: id, Name: rec.Name, Severity: rec.Severity}
-	r.written[id] = dv
+	if keep {
+		r.written[id] = dv
+	}
 	return dv, nil
 }
 
@@ -280,7 +286,7 @@ func matchEntry(m AdvisoryMatcher, r *vulnResolver, d *Dependency, advs []pkgAdv
 		}
 	}
 	for _, g := range groupAdvisories(matched) {
-		dv, err := r.resolve(g.keys, Vulnerability{ExternalID: g.rep, Name: g.summary, Severity: g.severity})
+		dv, err := r.resolve(g.keys, Vulnerability{ExternalID: g.rep, Name: g.summary, Severity: g.severity}, true)
 		if err != nil {
 			return err
 		}

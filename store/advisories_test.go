@@ -333,3 +333,17 @@ func TestAdvisoryImportRefusals(t *testing.T) {
 		t.Fatalf("an unknown severity word is stored as %q", a.Severity)
 	}
 }
+
+// An upload whose SBOM names a vulnerability by an alias of an advisory
+// already imported lists it once, with the advisory's summary and severity.
+func TestUploadFoldsSBOMVulnerabilityIntoAdvisory(t *testing.T) {
+	s := openAdvisoryTest(t)
+	app := depProject(t, s, "app")
+	ok(s.ImportAdvisories(AdvisoryImport{Source: "db"}, advisories(
+		adv("GHSA-35jh-r3h4-6jhm", "Command Injection in lodash", "high", []string{"CVE-2021-23337"}, "npm/lodash@4.17.20"))))(t)
+	ok(s.ReplaceDependencies(app.ID, []NewDependency{npmDep("lodash", "4.17.20", "CVE-2021-23337", "CVE-2020-28500")},
+		[]NewVulnerability{{ExternalID: "CVE-2021-23337", Name: "CVE-2021-23337", Severity: "critical"},
+			{ExternalID: "CVE-2020-28500", Name: "CVE-2020-28500", Severity: "medium"}}))(t)
+	wantLines(t, vulnLines(t, s, app.ID), []string{
+		"lodash@4.17.20: GHSA-35jh-r3h4-6jhm Command Injection in lodash high 3, CVE-2020-28500 CVE-2020-28500 medium 1"})
+}

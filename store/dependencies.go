@@ -218,7 +218,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		stored := make(map[string]DependencyVulnerability, len(vulns))
 		for _, nv := range vulns {
 			dv, err := vr.resolve([]string{nv.ExternalID}, Vulnerability{ExternalID: nv.ExternalID, Name: nv.Name,
-				Severity: nv.Severity, Description: nv.Description})
+				Severity: nv.Severity, Description: nv.Description}, false)
 			if err != nil {
 				return err
 			}
