@@ -1,6 +1,7 @@
 package osv
 
 import (
+	"cmp"
 	"regexp"
 	"strings"
 )
@@ -138,11 +139,11 @@ func phpComparePartsFrom(p1, p2 []string) int {
 		case isNum(x) && isNum(y):
 			c = compareDecimal(leadingDigits(x), leadingDigits(y))
 		case !isNum(x) && !isNum(y):
-			c = cmpInt(phpSpecialRank(x), phpSpecialRank(y))
+			c = cmp.Compare(phpSpecialRank(x), phpSpecialRank(y))
 		case isNum(x):
-			c = cmpInt(phpSpecialRank("#"), phpSpecialRank(y))
+			c = cmp.Compare(phpSpecialRank("#"), phpSpecialRank(y))
 		default:
-			c = cmpInt(phpSpecialRank(x), phpSpecialRank("#"))
+			c = cmp.Compare(phpSpecialRank(x), phpSpecialRank("#"))
 		}
 		if c != 0 {
 			return c

@@ -64,12 +64,7 @@ func compareNuGet(a, b nugetVersion) int {
 	case b.pre == nil:
 		return -1
 	}
-	for i := 0; i < len(a.pre) && i < len(b.pre); i++ {
-		if c := compareIdent(a.pre[i], b.pre[i], func(x, y string) int {
-			return strings.Compare(strings.ToLower(x), strings.ToLower(y))
-		}); c != 0 {
-			return c
-		}
-	}
-	return cmpInt(len(a.pre), len(b.pre))
+	return comparePrerelease(a.pre, b.pre, func(x, y string) int {
+		return strings.Compare(strings.ToLower(x), strings.ToLower(y))
+	})
 }

@@ -1,6 +1,7 @@
 package osv
 
 import (
+	"cmp"
 	"regexp"
 	"strings"
 )
@@ -109,7 +110,7 @@ func comparePEP440(a, b pep440) int {
 			return c
 		}
 	}
-	if c := cmpInt(a.preKey(), b.preKey()); c != 0 {
+	if c := cmp.Compare(a.preKey(), b.preKey()); c != 0 {
 		return c
 	}
 	if a.hasPre && b.hasPre {
@@ -136,7 +137,7 @@ func comparePEP440(a, b pep440) int {
 			return c
 		}
 	}
-	return cmpInt(len(a.local), len(b.local))
+	return cmp.Compare(len(a.local), len(b.local))
 }
 
 // preKey is the pre-release's place: -1 for a bare development release
@@ -168,16 +169,6 @@ func cmpOptional(hasA, hasB bool, a, b string, absentHigh bool) int {
 		return missing
 	}
 	return -missing
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // compareLocal orders local version segments: numbers by value and above

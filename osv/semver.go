@@ -1,6 +1,7 @@
 package osv
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 )
@@ -96,28 +97,18 @@ func allDigits(s string) bool {
 	return s != ""
 }
 
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // compareSemver orders by major, minor, patch; a prerelease is below its
 // release; prerelease identifiers compare numerically when both are
 // numbers, else by ASCII, a number below a word, and a shorter list below
 // a longer one it begins.
 func compareSemver(a, b semver) int {
-	if c := cmpUint(a.major, b.major); c != 0 {
+	if c := cmp.Compare(a.major, b.major); c != 0 {
 		return c
 	}
-	if c := cmpUint(a.minor, b.minor); c != 0 {
+	if c := cmp.Compare(a.minor, b.minor); c != 0 {
 		return c
 	}
-	if c := cmpUint(a.patch, b.patch); c != 0 {
+	if c := cmp.Compare(a.patch, b.patch); c != 0 {
 		return c
 	}
 	switch {
@@ -128,12 +119,19 @@ func compareSemver(a, b semver) int {
 	case b.pre == nil:
 		return -1
 	}
-	for i := 0; i < len(a.pre) && i < len(b.pre); i++ {
-		if c := compareIdent(a.pre[i], b.pre[i], strings.Compare); c != 0 {
+	return comparePrerelease(a.pre, b.pre, strings.Compare)
+}
+
+// comparePrerelease compares two non-empty prerelease identifier lists:
+// identifier by identifier, then the shorter first (SemVer 2.0.0 item 11;
+// NuGet's labels, with another word order).
+func comparePrerelease(a, b []string, words func(x, y string) int) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if c := compareIdent(a[i], b[i], words); c != 0 {
 			return c
 		}
 	}
-	return cmpUint(uint64(len(a.pre)), uint64(len(b.pre)))
+	return cmp.Compare(len(a), len(b))
 }
 
 // compareIdent compares two prerelease identifiers: numbers by value and
@@ -155,7 +153,7 @@ func compareIdent(x, y string, cmp func(a, b string) int) int {
 // their length (leading zeros allowed).
 func compareDecimal(x, y string) int {
 	x, y = strings.TrimLeft(x, "0"), strings.TrimLeft(y, "0")
-	if c := cmpUint(uint64(len(x)), uint64(len(y))); c != 0 {
+	if c := cmp.Compare(uint64(len(x)), uint64(len(y))); c != 0 {
 		return c
 	}
 	return strings.Compare(x, y)

@@ -1,6 +1,7 @@
 package osv
 
 import (
+	"cmp"
 	"testing"
 )
 
@@ -87,7 +88,7 @@ func TestVersionOrders(t *testing.T) {
 			for i, a := range tt.ascending {
 				for j, b := range tt.ascending {
 					c, ok := CompareVersions(tt.ecosystem, a, b)
-					want := cmpInt(i, j)
+					want := cmp.Compare(i, j)
 					if !ok || c != want {
 						t.Errorf("compare(%q, %q) = %d, %v; want %d", a, b, c, ok, want)
 					}
