@@ -33,8 +33,8 @@ var dependencyManagers = []string{"bundler", "composer", "conan", "go", "gradle"
 	"pipenv", "pnpm", "yarn", "sbt", "setuptools", "poetry", "apk", "conda", "pub", "cargo"}
 
 // sbomContentTypes are the media types PUT accepts; no type at all is
-// taken as JSON too, for curl -T.
-var sbomContentTypes = []string{"application/vnd.cyclonedx+json", "application/json", ""}
+// taken as JSON too, for curl -T. The body says which format it is.
+var sbomContentTypes = []string{"application/vnd.cyclonedx+json", "application/spdx+json", "application/json", ""}
 
 type dependencyView struct {
 	Name               string              `json:"name"`
@@ -174,7 +174,7 @@ type dependencyUploadView struct {
 }
 
 // putDependencies replaces a project's dependency list with the one a
-// CycloneDX JSON SBOM describes. Maintainers and admins only. At most
+// CycloneDX or SPDX JSON SBOM describes. Maintainers and admins only. At most
 // cap(ingests) uploads are read and stored at once: one more is answered 429
 // with Retry-After before its body is read, so memory stays bounded
 // (docs/performance.md, "SBOM upload memory").
@@ -194,7 +194,7 @@ func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request, ingests
 	ct, _, err := mime.ParseMediaType(raw)
 	if (err != nil && raw != "") || !slices.Contains(sbomContentTypes, ct) {
 		return message(http.StatusUnsupportedMediaType,
-			"415 Unsupported Media Type - send the SBOM as application/vnd.cyclonedx+json or application/json")
+			"415 Unsupported Media Type - send the SBOM as application/vnd.cyclonedx+json, application/spdx+json or application/json")
 	}
 	limit := s.cfg.Admin.MaxSBOMBytes
 	tooLarge := message(http.StatusRequestEntityTooLarge,

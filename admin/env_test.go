@@ -11,8 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"registryd/advisories"
 	"registryd/auth"
 	"registryd/config"
+	"registryd/osv"
 	"registryd/store"
 )
 
@@ -47,7 +49,7 @@ func newTestServer(t *testing.T, rootToken string, mutate func(*config.Config)) 
 func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testClock) {
 	t.Helper()
 	clock := &testClock{t: time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC)}
-	st, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now})
+	st, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now, Matcher: osv.Matcher{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,12 @@ func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Co
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := New(Deps{Config: cfg, Store: st, Auth: auth.New(st, cfg, clock.Now), Registerer: prometheus.NewRegistry()})
+	reg := prometheus.NewRegistry()
+	importer, err := advisories.New(advisories.Options{Store: st, Config: cfg.Advisories, TempDir: t.TempDir(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Deps{Config: cfg, Store: st, Auth: auth.New(st, cfg, clock.Now), Registerer: reg, Advisories: importer})
 	if err != nil {
 		t.Fatal(err)
 	}

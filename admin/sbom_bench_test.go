@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -118,8 +119,23 @@ func BenchmarkSBOMUpload8MiB(b *testing.B) {
 	benchSBOMUpload(b, 8<<20, true)
 }
 
+// BenchmarkSBOMUpload17 is the dense one as CycloneDX 1.7.
+func BenchmarkSBOMUpload17(b *testing.B) {
+	benchSBOMUploadOf(b, func(w io.Writer) (int, error) { return sbomtest.WriteLargeSpec(w, 50<<20, true, "1.7") })
+}
+
+// BenchmarkSBOMUploadSPDX is a syft-like SPDX 2.3 document of the same size
+// (packages, lockfiles, DESCRIBES, CONTAINS and evident-by relationships).
+func BenchmarkSBOMUploadSPDX(b *testing.B) {
+	benchSBOMUploadOf(b, func(w io.Writer) (int, error) { return sbomtest.WriteLargeSPDX(w, 50<<20) })
+}
+
 func benchSBOMUpload(b *testing.B, size int64, dense bool) {
-	file, n, comps := sbomtest.LargeFile(b, size, dense)
+	benchSBOMUploadOf(b, func(w io.Writer) (int, error) { return sbomtest.WriteLarge(w, size, dense) })
+}
+
+func benchSBOMUploadOf(b *testing.B, write func(io.Writer) (int, error)) {
+	file, n, comps := sbomtest.LargeFileOf(b, write)
 	srv, path, token := sbomServer(b, func(c *config.Config) { c.Admin.MaxSBOMBytes = config.ByteSize(2 * n) })
 	b.Logf("SBOM %.1f MiB, %d components", float64(n)/(1<<20), comps)
 	b.SetBytes(n)

@@ -51,6 +51,9 @@ type Deps struct {
 	// Cleanup starts cleanup policy runs at once (run now); nil: that
 	// endpoint answers 503.
 	Cleanup CleanupRunner
+	// Advisories imports advisory databases; nil: those endpoints answer
+	// 503.
+	Advisories AdvisoryImporter
 	// Disk reports whether fills write to the cache (the data volume has
 	// room), for the body of /-/readiness; nil leaves it out.
 	Disk func() store.DiskStatus
@@ -75,8 +78,9 @@ type Server struct {
 	routes map[string]map[string]handler // pattern -> method -> handler
 	order  []string
 
-	cleanup CleanupRunner // starts cleanup policy runs; nil when there is none
-	version string        // registryd's version, for GET /version
+	cleanup    CleanupRunner    // starts cleanup policy runs; nil when there is none
+	advisories AdvisoryImporter // imports advisory databases; nil when there is none
+	version    string           // registryd's version, for GET /version
 }
 
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -89,7 +93,7 @@ const reqIDKey ctxKey = 0
 func New(d Deps) (*Server, error) {
 	s := &Server{
 		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
-		cleanup: d.Cleanup, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+		cleanup: d.Cleanup, advisories: d.Advisories, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
 		version: cmp.Or(d.Version, "unknown"),
 	}
 	if s.health == nil {
@@ -124,6 +128,7 @@ func New(d Deps) (*Server, error) {
 	s.routesAuditEvents()
 	s.routesCacheEntries()
 	s.routesCleanupPolicies()
+	s.routesAdvisories()
 	s.routesVersion()
 	s.mount()
 	return s, nil
@@ -255,6 +260,9 @@ func (s *Server) bodyLimit(r *http.Request) int64 {
 	if (r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/dependencies")) ||
 		(r.Method == http.MethodPost && r.URL.Path == "/api/v4/admin/events") {
 		return int64(s.cfg.Admin.MaxSBOMBytes)
+	}
+	if r.Method == http.MethodPost && r.URL.Path == advisoriesPath {
+		return int64(s.cfg.Advisories.MaxBytes) // spooled to disk, not held
 	}
 	return int64(s.cfg.Admin.MaxBodyBytes)
 }

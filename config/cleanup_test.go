@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,28 @@ func TestCleanupSettings(t *testing.T) {
 		_, err := Load("", []string{tc.env})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestAdvisoriesSettings(t *testing.T) {
+	cfg, err := Load("", []string{"REGISTRYD_ADVISORIES_SOURCES=/srv/osv/npm.zip, https://mirror.example/osv/Maven/all.zip,/srv/osv/go",
+		"REGISTRYD_ADVISORIES_REFRESH_INTERVAL=6h", "REGISTRYD_ADVISORIES_MAX_BYTES=256MiB", "REGISTRYD_ADVISORIES_BATCH_SIZE=50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Advisories
+	if got := a.AdvisorySources(); !slices.Equal(got, []string{"/srv/osv/npm.zip", "https://mirror.example/osv/Maven/all.zip", "/srv/osv/go"}) ||
+		a.RefreshInterval != 6*time.Hour || a.MaxBytes != 256*MiB || a.BatchSize != 50 {
+		t.Fatalf("advisories %+v (sources %q)", a, a.AdvisorySources())
+	}
+	_, err = Load("", []string{"REGISTRYD_ADVISORIES_SOURCES=osv/npm.zip,ftp://x/y", "REGISTRYD_ADVISORIES_REFRESH_INTERVAL=30s",
+		"REGISTRYD_ADVISORIES_BATCH_SIZE=0"})
+	for _, want := range []string{`"osv/npm.zip" is neither an absolute path nor an http(s) URL`, `"ftp://x/y" is neither`,
+		"advisories.refresh_interval (REGISTRYD_ADVISORIES_REFRESH_INTERVAL) must be at least 1m, got 30s",
+		"advisories.batch_size (REGISTRYD_ADVISORIES_BATCH_SIZE) must be between 1 and 10000, got 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
 		}
 	}
 }

@@ -43,25 +43,26 @@ func (p Plan) rank() int {
 
 // Config is the whole configuration. Every field's default is in Default().
 type Config struct {
-	Data      Data      `yaml:"data"`
-	Store     Store     `yaml:"store"`
-	Blobs     Blobs     `yaml:"blobs"`
-	Proxy     Proxy     `yaml:"proxy"`
-	Admin     Admin     `yaml:"admin"`
-	External  External  `yaml:"external"`
-	Upstreams Upstreams `yaml:"upstreams"`
-	License   License   `yaml:"license"`
-	Features  Features  `yaml:"features"`
-	Root      Root      `yaml:"root"`
-	Secrets   Secrets   `yaml:"secrets"`
-	Gateway   Gateway   `yaml:"gateway"`
-	Auth      Auth      `yaml:"auth"`
-	Cache     Cache     `yaml:"cache"`
-	Metadata  Metadata  `yaml:"metadata"`
-	Cleanup   Cleanup   `yaml:"cleanup"`
-	Audit     Audit     `yaml:"audit"`
-	Shutdown  Shutdown  `yaml:"shutdown"`
-	Log       Log       `yaml:"log"`
+	Data       Data       `yaml:"data"`
+	Store      Store      `yaml:"store"`
+	Blobs      Blobs      `yaml:"blobs"`
+	Proxy      Proxy      `yaml:"proxy"`
+	Admin      Admin      `yaml:"admin"`
+	External   External   `yaml:"external"`
+	Upstreams  Upstreams  `yaml:"upstreams"`
+	License    License    `yaml:"license"`
+	Features   Features   `yaml:"features"`
+	Root       Root       `yaml:"root"`
+	Secrets    Secrets    `yaml:"secrets"`
+	Gateway    Gateway    `yaml:"gateway"`
+	Auth       Auth       `yaml:"auth"`
+	Cache      Cache      `yaml:"cache"`
+	Metadata   Metadata   `yaml:"metadata"`
+	Cleanup    Cleanup    `yaml:"cleanup"`
+	Audit      Audit      `yaml:"audit"`
+	Advisories Advisories `yaml:"advisories"`
+	Shutdown   Shutdown   `yaml:"shutdown"`
+	Log        Log        `yaml:"log"`
 }
 
 // Data says where registryd keeps its state.
@@ -359,6 +360,42 @@ type Audit struct {
 	AggregateInterval time.Duration `yaml:"aggregate_interval"`
 }
 
+// Advisories is the offline advisory database dependency lists are matched
+// against (docs/api.md, "Advisory database"; docs/operations.md, "Advisory
+// database").
+type Advisories struct {
+	// Sources are copies of OSV advisory databases imported at start and
+	// then every RefreshInterval, separated by commas: each an absolute path
+	// (a zip archive such as osv.dev's <ecosystem>/all.zip, a directory of
+	// OSV JSON files, or a file of records) or an http(s) URL of an archive
+	// or record file. Each is a full copy of its source: the advisories it
+	// no longer has are removed. Default "" (none; admins import through
+	// the API).
+	Sources string `yaml:"sources"`
+	// RefreshInterval is how often the sources are imported again; a URL
+	// whose ETag or Last-Modified did not change is not fetched again, and
+	// unchanged advisories cost a comparison each. Default 24h; at least 1m.
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
+	// MaxBytes caps one archive or record file, fetched from a source or
+	// uploaded (POST /admin/advisories: 413 above it). Default 1GiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// BatchSize is how many changed advisories one transaction writes,
+	// together with the re-match of the dependency list entries they name.
+	// Default 200.
+	BatchSize int `yaml:"batch_size"`
+}
+
+// AdvisorySources lists Sources.
+func (a Advisories) AdvisorySources() []string {
+	var out []string
+	for _, s := range strings.Split(a.Sources, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
 	// DrainDelay is how long registryd keeps serving after SIGTERM or
@@ -448,8 +485,9 @@ func Default() Config {
 		Cleanup: Cleanup{CheckInterval: time.Minute, BatchSize: 500},
 		Audit: Audit{Retention: 3 * 365 * 24 * time.Hour, CallerDenialsPerMinute: 30, RegistryDenialsPerMinute: 300,
 			AggregateInterval: time.Minute},
-		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
-		Log:      Log{Level: "info", Format: "text"},
+		Shutdown:   Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
+		Log:        Log{Level: "info", Format: "text"},
+		Advisories: Advisories{RefreshInterval: 24 * time.Hour, MaxBytes: 1 * GiB, BatchSize: 200},
 	}
 }
 
@@ -650,6 +688,24 @@ func (c Config) Validate() error {
 		add("cleanup.batch_size (REGISTRYD_CLEANUP_BATCH_SIZE) must be between 1 and 10000, got %d", c.Cleanup.BatchSize)
 	}
 	c.validateAudit(add)
+	for _, src := range c.Advisories.AdvisorySources() {
+		u, err := url.Parse(src)
+		switch {
+		case err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
+		case filepath.IsAbs(src):
+		default:
+			add("advisories.sources (REGISTRYD_ADVISORIES_SOURCES): %q is neither an absolute path nor an http(s) URL", src)
+		}
+	}
+	if c.Advisories.RefreshInterval < time.Minute {
+		add("advisories.refresh_interval (REGISTRYD_ADVISORIES_REFRESH_INTERVAL) must be at least 1m, got %s", c.Advisories.RefreshInterval)
+	}
+	if c.Advisories.MaxBytes < 1*MiB {
+		add("advisories.max_bytes (REGISTRYD_ADVISORIES_MAX_BYTES) must be at least 1MiB, got %d", c.Advisories.MaxBytes)
+	}
+	if c.Advisories.BatchSize < 1 || c.Advisories.BatchSize > 10000 {
+		add("advisories.batch_size (REGISTRYD_ADVISORIES_BATCH_SIZE) must be between 1 and 10000, got %d", c.Advisories.BatchSize)
+	}
 	if c.Shutdown.DrainDelay < 0 {
 		add("shutdown.drain_delay (REGISTRYD_SHUTDOWN_DRAIN_DELAY) must not be negative (0 stops accepting at once), got %s", c.Shutdown.DrainDelay)
 	}

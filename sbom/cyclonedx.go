@@ -15,8 +15,10 @@ const (
 const maxComponentDepth = 256
 
 // supportedSpecVersions are the CycloneDX versions whose JSON this reader
-// knows; older ones name fields differently.
-var supportedSpecVersions = []string{"1.4", "1.5", "1.6"}
+// knows; older ones name fields differently. What 1.7 adds (citations,
+// patents, distribution constraints, more cryptography) is not part of a
+// dependency list and is skipped like any unknown key.
+var supportedSpecVersions = []string{"1.4", "1.5", "1.6", "1.7"}
 
 // listedComponentTypes are the component types that are dependencies. Files,
 // operating systems, devices, firmware, data and models are not.

@@ -3,15 +3,61 @@ package sbom
 import (
 	"slices"
 
+	"registryd/osv"
 	"registryd/store"
 )
 
 // depKey is what makes two components one dependency list entry.
 type depKey struct{ name, version, pm, file string }
 
+func (k depKey) hash() uint64 {
+	h := uint64(14695981039346656037)
+	for _, s := range []string{k.name, k.version, k.pm, k.file} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * 1099511628211
+		}
+		h = (h ^ 0xff) * 1099511628211 // no byte of a string: ends it
+	}
+	return h
+}
+
+// depSet finds the entry a component duplicates. It keys entries by a hash
+// of their depKey (12 bytes an entry rather than 68 for the strings), and
+// keeps the rare entries whose hash another entry has in a map of its own.
+type depSet struct {
+	byHash   map[uint64]int32
+	collided map[depKey]int32
+}
+
+func newDepSet(n int) *depSet { return &depSet{byHash: make(map[uint64]int32, n)} }
+
+func keyOf(d *store.NewDependency) depKey {
+	return depKey{d.Name, d.Version, d.PackageManager, d.FilePath}
+}
+
+func (s *depSet) get(k depKey, deps []store.NewDependency) (int32, bool) {
+	if i, ok := s.byHash[k.hash()]; ok && keyOf(&deps[i]) == k {
+		return i, true
+	}
+	i, ok := s.collided[k]
+	return i, ok
+}
+
+func (s *depSet) put(k depKey, i int32) {
+	h := k.hash()
+	if _, taken := s.byHash[h]; !taken {
+		s.byHash[h] = i
+		return
+	}
+	if s.collided == nil {
+		s.collided = map[depKey]int32{}
+	}
+	s.collided[k] = i
+}
+
 // result turns the components into dependency list entries.
 func (sr *sbomReader) result(opts Options) (*Result, error) {
-	res := &Result{SpecVersion: sr.version, Skipped: sr.skipped}
+	res := &Result{SpecVersion: firstOf(sr.version, sr.spdx.version), Skipped: sr.skipped}
 	root := sr.root.String()
 	optFile := cleanPath(opts.FilePath)
 	relative := map[string]string{} // SrcFile -> path in the repository
@@ -26,7 +72,7 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 	// bom-ref -> index in res.Dependencies; a bom-ref shared by several
 	// entries has the others in moreByRef. Only needed for vulnerabilities.
 	byRef, moreByRef := map[string]int32{}, map[string][]int32{}
-	seen := map[depKey]int32{}
+	seen := newDepSet(listed)
 	for i := range sr.comps {
 		c := &sr.comps[i]
 		if !c.listed {
@@ -46,8 +92,9 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 		if d.PackageManager == "" {
 			d.PackageManager = derivePackageManager(c.ptype, d.FilePath)
 		}
+		d.Package = advisoryPackage(c, sr.pkgs[i], d.PackageManager)
 		key := depKey{d.Name, d.Version, d.PackageManager, d.FilePath}
-		idx, dup := seen[key]
+		idx, dup := seen.get(key, res.Dependencies)
 		if dup {
 			res.Skipped++
 			for _, l := range d.Licenses {
@@ -57,7 +104,7 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 			}
 		} else {
 			idx = int32(len(res.Dependencies))
-			seen[key] = idx
+			seen.put(key, idx)
 			res.Dependencies = append(res.Dependencies, d)
 		}
 		if c.bomRef != "" && len(sr.affects) > 0 {
@@ -69,7 +116,7 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 		}
 		*c = compRecord{}
 	}
-	sr.comps, seen = nil, nil
+	sr.comps, sr.pkgs, seen = nil, nil, nil
 
 	// Each affects reference, in SBOM order, adds the vulnerability to the
 	// entries it names.
@@ -96,6 +143,34 @@ func (sr *sbomReader) result(opts Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// advisoryPackage is the entry's store.NewDependency.Package: "" when the
+// package advisories know it by follows from its package manager and name
+// (osv.PackageOfManager, which the store applies), else the one its purl
+// names (purlPkg when it is not the listed name's; none for a purl type
+// without advisories: deb, rpm, ...). Most entries need nothing here, so
+// the list holds no second copy of names.
+func advisoryPackage(c *compRecord, purlPkg, pm string) string {
+	if c.ptype == "" {
+		return ""
+	}
+	eco := osv.EcosystemOfPurlType(c.ptype)
+	if purlPkg == "" && eco == osv.EcosystemOfManager(pm) {
+		return "" // the same ecosystem, the same name
+	}
+	pkg := purlPkg
+	if pkg == "" {
+		pkg = osv.NormalizeName(eco, c.name)
+	}
+	deco, dpkg := osv.PackageOfManager(pm, c.name)
+	if eco == deco && (eco == "" || pkg == dpkg) {
+		return ""
+	}
+	if eco == "" {
+		return store.PackageRef("", "")
+	}
+	return store.PackageRef(eco, pkg)
 }
 
 func firstOf(vals ...string) string {

@@ -15,14 +15,21 @@ import (
 // as without a purl. GitLab reads purls with a parser of the specification
 // too (Sbom::PackageUrl).
 func purlType(purl string) string {
+	t, _, _ := purlParts(purl)
+	return t
+}
+
+// purlParts is the type, namespace and name of a package URL, all "" when
+// purl is not one (see purlType).
+func purlParts(purl string) (ptype, namespace, name string) {
 	if purl == "" {
-		return ""
+		return "", "", ""
 	}
 	p, err := packageurl.FromString(purl)
 	if err != nil {
-		return ""
+		return "", "", ""
 	}
-	return p.Type
+	return p.Type, p.Namespace, p.Name
 }
 
 // derivePackageManager is registryd's fallback when no property names the

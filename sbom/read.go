@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"registryd/osv"
 	"registryd/store"
 )
 
@@ -26,6 +27,7 @@ import (
 // version and bom-ref are interned.
 type compRecord struct {
 	listed                bool
+	spdx                  bool // an SPDX package (bomRef is its SPDXID)
 	name, version, bomRef string
 	pmProp, ptype         string
 	inputFile, syftLoc    string // cleaned
@@ -60,6 +62,11 @@ type sbomReader struct {
 	strs                  map[string]string
 	lics                  map[string][]store.License
 	problems              *store.ValidationError
+	spdx                  spdxState
+	// pkgs holds, by index in comps, the package names advisories know a
+	// purl by that are not the listed name's (a Maven purl of a component
+	// without a group): few, so no component pays for a field.
+	pkgs map[int]string
 }
 
 func (sr *sbomReader) read() error {
@@ -68,7 +75,7 @@ func (sr *sbomReader) read() error {
 		return sr.jsonError(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return formatError("the body is not a CycloneDX JSON SBOM: it is not a JSON object")
+		return formatError("the body is not a JSON SBOM: it is not a JSON object; send " + acceptedFormats)
 	}
 	for sr.dec.More() {
 		tok, err := sr.dec.Token()
@@ -83,7 +90,8 @@ func (sr *sbomReader) read() error {
 			}
 			sr.sawFormat = true
 			if sr.format != "CycloneDX" {
-				return formatError(`the body is not a CycloneDX JSON SBOM: bomFormat is ` + strconv.Quote(sr.format) + `, not "CycloneDX"`)
+				return formatError(`the body is not a CycloneDX JSON SBOM: bomFormat is ` + strconv.Quote(sr.format) + `, not "CycloneDX"; send ` +
+					acceptedFormats)
 			}
 		case "specVersion":
 			if err := sr.decodeString(&sr.version, key); err != nil {
@@ -107,6 +115,32 @@ func (sr *sbomReader) read() error {
 			if err := sr.array(key, sr.vulnerability); err != nil {
 				return err
 			}
+		case "spdxVersion":
+			if err := sr.decodeString(&sr.spdx.version, key); err != nil {
+				return err
+			}
+			sr.spdx.seen = true
+			if !slices.Contains(supportedSPDXVersions, sr.spdx.version) {
+				return unsupportedSPDX(sr.spdx.version)
+			}
+		case "packages":
+			if err := sr.array(key, sr.spdxPackageAt); err != nil {
+				return err
+			}
+		case "files":
+			if err := sr.array(key, sr.spdxFileAt); err != nil {
+				return err
+			}
+		case "relationships":
+			if err := sr.array(key, sr.spdxRelationshipAt); err != nil {
+				return err
+			}
+		case "documentDescribes":
+			if err := sr.documentDescribes(); err != nil {
+				return err
+			}
+		case "@context", "@graph":
+			return formatError("SPDX 3 (JSON-LD) is not supported; send " + acceptedFormats)
 		default:
 			if err := skipValue(sr.dec); err != nil {
 				return sr.jsonError(err)
@@ -126,8 +160,15 @@ func (sr *sbomReader) read() error {
 		return formatError("the body has data after the SBOM")
 	}
 	switch {
+	case sr.spdx.seen && sr.sawFormat:
+		return formatError("the body has both bomFormat (CycloneDX) and spdxVersion (SPDX); send one SBOM")
+	case sr.spdx.seen:
+		sr.finishSPDX()
+	case !sr.sawFormat && sr.spdx.content:
+		return formatError("the SPDX document has no spdxVersion")
 	case !sr.sawFormat:
-		return formatError(`the body is not a CycloneDX JSON SBOM: bomFormat is missing`)
+		return formatError("the body is not an SBOM registryd reads: it has neither bomFormat (CycloneDX) nor spdxVersion (SPDX); send " +
+			acceptedFormats)
 	case !sr.sawVersion:
 		return formatError("the SBOM has no specVersion")
 	}
@@ -137,6 +178,19 @@ func (sr *sbomReader) read() error {
 func unsupportedVersion(v string) error {
 	return formatError("CycloneDX specVersion " + strconv.Quote(v) + " is not supported; use " +
 		strings.Join(supportedSpecVersions, ", "))
+}
+
+// purlPackage sets the purl type of c (comps[slot]) and keeps the package
+// its purl names when it is not its listed name's.
+func (sr *sbomReader) purlPackage(slot int, c *compRecord, purl string) {
+	ptype, ns, name := purlParts(purl)
+	c.ptype = sr.intern(ptype)
+	if eco, pkg := osv.PackageOfPurl(ptype, ns, name); eco != "" && pkg != c.name && pkg != osv.NormalizeName(eco, c.name) {
+		if sr.pkgs == nil {
+			sr.pkgs = map[int]string{}
+		}
+		sr.pkgs[slot] = pkg
+	}
 }
 
 // intern returns the kept copy of s, so a value repeated on every component
@@ -329,11 +383,12 @@ func (sr *sbomReader) component(prefix string, i, depth int) error {
 		sr.skipped++
 		return nil
 	}
-	c.listed, c.name, c.ptype = true, name, sr.intern(purlType(purl))
+	c.listed, c.name = true, name
 	if group != "" {
 		// Maven groupId, npm scope: GitLab lists group/name.
 		c.name = group + "/" + name
 	}
+	sr.purlPackage(slot, &c, purl)
 	sr.comps[slot] = c
 	return nil
 }

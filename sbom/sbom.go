@@ -1,4 +1,5 @@
-// Package sbom reads CycloneDX JSON SBOMs into dependency list entries.
+// Package sbom reads CycloneDX and SPDX JSON SBOMs into dependency list
+// entries.
 package sbom
 
 import (
@@ -32,6 +33,8 @@ type Options struct {
 
 // Result is a parsed upload, ready for store.ReplaceDependencies.
 type Result struct {
+	// SpecVersion is the CycloneDX specVersion ("1.7") or the SPDX
+	// spdxVersion ("SPDX-2.3").
 	SpecVersion     string
 	Dependencies    []store.NewDependency
 	Vulnerabilities []store.NewVulnerability
@@ -40,8 +43,8 @@ type Result struct {
 	Skipped int
 }
 
-// Read reads a CycloneDX JSON SBOM. A body that is not JSON, not
-// CycloneDX or of an unsupported version is an *Error naming the problem; a
+// Read reads a CycloneDX or SPDX 2 JSON SBOM. A body that is not JSON, not
+// one of them or of an unsupported version is an *Error naming the problem; a
 // component without a name is a *store.ValidationError naming its JSON
 // path; a failure of r itself (a body over the listener's limit) is an
 // *Error that unwraps to it.

@@ -1,6 +1,7 @@
 package sbom
 
 import (
+	"io"
 	"os"
 	"runtime"
 	"testing"
@@ -10,7 +11,17 @@ import (
 
 // BenchmarkSBOMParse is the reading alone, without the store.
 func BenchmarkSBOMParse(b *testing.B) {
-	file, n, _ := sbomtest.LargeFile(b, 50<<20, true)
+	benchParse(b, func(w io.Writer) (int, error) { return sbomtest.WriteLarge(w, 50<<20, true) })
+}
+
+// BenchmarkSPDXParse is BenchmarkSBOMParse for a syft-like SPDX 2.3
+// document of the same size.
+func BenchmarkSPDXParse(b *testing.B) {
+	benchParse(b, func(w io.Writer) (int, error) { return sbomtest.WriteLargeSPDX(w, 50<<20) })
+}
+
+func benchParse(b *testing.B, write func(io.Writer) (int, error)) {
+	file, n, _ := sbomtest.LargeFileOf(b, write)
 	b.SetBytes(n)
 	b.ReportAllocs()
 	var inuse int64

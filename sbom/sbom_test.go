@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"registryd/osv"
+	"registryd/sbom/sbomtest"
 	"registryd/store"
 )
 
@@ -144,12 +146,18 @@ func TestParseSBOMRejects(t *testing.T) {
 	}{
 		{"not JSON", `bomFormat: CycloneDX`, "the body is not valid JSON (at byte 1: invalid character 'b' looking for beginning of value)"},
 		{"empty", ``, "the body ends before the SBOM does"},
-		{"array", `[{"bomFormat":"CycloneDX"}]`, "the body is not a CycloneDX JSON SBOM: it is not a JSON object"},
-		{"SPDX", `{"spdxVersion":"SPDX-2.3","packages":[]}`, "the body is not a CycloneDX JSON SBOM: bomFormat is missing"},
-		{"other format", `{"bomFormat":"SPDX","specVersion":"1.6"}`, `the body is not a CycloneDX JSON SBOM: bomFormat is "SPDX", not "CycloneDX"`},
+		{"array", `[{"bomFormat":"CycloneDX"}]`, "the body is not a JSON SBOM: it is not a JSON object; send " + acceptedFormats},
+		{"neither format", `{"name":"x","packages_":[]}`, "the body is not an SBOM registryd reads: it has neither bomFormat (CycloneDX) nor spdxVersion (SPDX); send " + acceptedFormats},
+		{"SPDX 2.1", `{"spdxVersion":"SPDX-2.1","packages":[]}`, `SPDX version "SPDX-2.1" is not supported; use SPDX-2.2, SPDX-2.3 (JSON), or CycloneDX 1.4, 1.5, 1.6, 1.7`},
+		{"SPDX 3 JSON-LD", `{"@context":"https://spdx.org/rdf/3.0.1/spdx-context.jsonld","@graph":[]}`, "SPDX 3 (JSON-LD) is not supported; send " + acceptedFormats},
+		{"SPDX without version", `{"SPDXID":"SPDXRef-DOCUMENT","packages":[{"name":"a"}]}`, "the SPDX document has no spdxVersion"},
+		{"both formats", `{"bomFormat":"CycloneDX","specVersion":"1.6","spdxVersion":"SPDX-2.3"}`, "the body has both bomFormat (CycloneDX) and spdxVersion (SPDX); send one SBOM"},
+		{"SPDX package without name", `{"spdxVersion":"SPDX-2.3","packages":[{"SPDXID":"SPDXRef-a","name":"a"},{"SPDXID":"SPDXRef-b"}]}`, "packages[1].name: is missing"},
+		{"SPDX package of the wrong type", `{"spdxVersion":"SPDX-2.3","packages":[{"name":"a","versionInfo":1}]}`, "packages[0].versionInfo: must be a JSON string, not number"},
+		{"other format", `{"bomFormat":"SPDX","specVersion":"1.6"}`, `the body is not a CycloneDX JSON SBOM: bomFormat is "SPDX", not "CycloneDX"; send ` + acceptedFormats},
 		{"no version", `{"bomFormat":"CycloneDX","components":[]}`, "the SBOM has no specVersion"},
-		{"1.3", `{"bomFormat":"CycloneDX","specVersion":"1.3"}`, `CycloneDX specVersion "1.3" is not supported; use 1.4, 1.5, 1.6`},
-		{"1.7", `{"specVersion":"1.7","bomFormat":"CycloneDX"}`, `CycloneDX specVersion "1.7" is not supported; use 1.4, 1.5, 1.6`},
+		{"1.3", `{"bomFormat":"CycloneDX","specVersion":"1.3"}`, `CycloneDX specVersion "1.3" is not supported; use 1.4, 1.5, 1.6, 1.7`},
+		{"1.8", `{"specVersion":"1.8","bomFormat":"CycloneDX"}`, `CycloneDX specVersion "1.8" is not supported; use 1.4, 1.5, 1.6, 1.7`},
 		{"version is a number", `{"bomFormat":"CycloneDX","specVersion":1.5}`, "specVersion: must be a JSON string, not number"},
 		{"truncated", `{"bomFormat":"CycloneDX","specVersion":"1.6","components":[{"name":"a"`, "the body ends before the SBOM does"},
 		{"trailing data", sbom(``) + `{}`, "the body has data after the SBOM"},
@@ -349,5 +357,168 @@ func TestParseSBOMVulnerabilities(t *testing.T) {
 	}
 	if got, want := res.Dependencies[1].Vulnerabilities, []string{"CVE-2", "CVE-3", "only-ref", "CVE-1"}; !slices.Equal(got, want) {
 		t.Errorf("b: %q, want %q", got, want)
+	}
+}
+
+// Twins are the same project scanned twice: the new format must give
+// exactly the entries of the one registryd read before.
+func TestParseSBOMTwins(t *testing.T) {
+	for _, tt := range []struct{ file, twin string }{
+		{"cdxgen-npm-1.7.json", "cdxgen-npm-1.6.json"},
+		{"cdxgen-goapp-1.7.json", "cdxgen-goapp-1.6.json"},
+		{"syft-npm-1.7.json", "syft-npm-1.6.json"},
+		{"syft-npm.spdx.json", "syft-npm-1.6.json"},
+		{"syft-goapp.spdx.json", "syft-goapp-1.6.json"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			got, err := Read(sbomFixture(t, tt.file), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := Read(sbomFixture(t, tt.twin), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Dependencies) == 0 || fmt.Sprintf("%+v", got.Dependencies) != fmt.Sprintf("%+v", want.Dependencies) ||
+				got.Skipped != want.Skipped {
+				t.Fatalf("%s:\n%+v\n%s:\n%+v", tt.file, got.Dependencies, tt.twin, want.Dependencies)
+			}
+		})
+	}
+}
+
+// Every entry says which package advisories know it by: from its purl,
+// else from its package manager.
+func TestParseSBOMAdvisoryPackages(t *testing.T) {
+	body := sbom(`,"components":[
+		{"group":"org.apache.logging.log4j","name":"log4j-core","version":"2.14.1","purl":"pkg:maven/org.apache.logging.log4j/log4j-core@2.14.1"},
+		{"name":"cats-core_2.13","version":"2.10.0","purl":"pkg:maven/org.typelevel/cats-core_2.13@2.10.0"},
+		{"group":"@babel","name":"parser","version":"7.24.0","purl":"pkg:npm/%40babel/parser@7.24.0"},
+		{"name":"PyYAML","version":"5.3","purl":"pkg:pypi/pyyaml@5.3"},
+		{"name":"Django","version":"4.2","properties":[{"name":"SrcFile","value":"/src/requirements.txt"}]},
+		{"name":"github.com/gin-gonic/gin","version":"v1.5.0","purl":"pkg:golang/github.com/gin-gonic/gin@v1.5.0"},
+		{"name":"Newtonsoft.Json","version":"12.0.1","purl":"pkg:nuget/Newtonsoft.Json@12.0.1"},
+		{"name":"rails","version":"7.1.2","purl":"pkg:gem/rails@7.1.2"},
+		{"name":"symfony/http-kernel","version":"v5.4.0","purl":"pkg:composer/symfony/http-kernel@v5.4.0"},
+		{"name":"libc6","version":"2.36","purl":"pkg:deb/debian/libc6@2.36"},
+		{"name":"lodash","version":"4.17.20","properties":[{"name":"gitlab:dependency_scanning:package_manager:name","value":"yarn"}]}]`)
+	res, err := Read(strings.NewReader(body), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Dependencies {
+		// As the store resolves it.
+		eco, pkg, ok := strings.Cut(d.Package, "\x00")
+		if !ok {
+			eco, pkg = osv.PackageOfManager(d.PackageManager, d.Name)
+		}
+		got = append(got, d.Name+" -> "+eco+" "+pkg)
+	}
+	want := []string{
+		"org.apache.logging.log4j/log4j-core -> Maven org.apache.logging.log4j/log4j-core",
+		"cats-core_2.13 -> Maven org.typelevel/cats-core_2.13",
+		"@babel/parser -> npm @babel/parser",
+		"PyYAML -> PyPI pyyaml",
+		"Django -> PyPI django",
+		"github.com/gin-gonic/gin -> Go github.com/gin-gonic/gin",
+		"Newtonsoft.Json -> NuGet newtonsoft.json",
+		"rails -> RubyGems rails",
+		"symfony/http-kernel -> Packagist symfony/http-kernel",
+		"libc6 ->  ",
+		"lodash -> npm lodash",
+	}
+	// Only cats-core (no group in the SBOM) needs its own package: the
+	// others follow from their package manager and name.
+	for _, d := range res.Dependencies {
+		if (d.Package != "") != (d.Name == "cats-core_2.13") {
+			t.Errorf("%s: Package %q", d.Name, d.Package)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got\n%q\nwant\n%q", got, want)
+	}
+}
+
+// The benchmarks' SPDX document reads as syft's would: every package an
+// entry, located by its evident-by file, the root directory left out.
+func TestParseLargeSPDX(t *testing.T) {
+	var buf strings.Builder
+	n, err := sbomtest.WriteLargeSPDX(&buf, 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Read(strings.NewReader(buf.String()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Dependencies) != n || res.Skipped != 1 || res.SpecVersion != "SPDX-2.3" {
+		t.Fatalf("%d entries of %d packages, %d skipped, spec %q", len(res.Dependencies), n, res.Skipped, res.SpecVersion)
+	}
+	d := res.Dependencies[0]
+	if d.Name != "org.example.g0/component-0" || d.PackageManager != "maven" || d.FilePath != "builds/acme/monorepo/services/api/pom.xml" ||
+		d.Package != "" || len(d.Licenses) != 1 || d.Licenses[0].SPDX != "Apache-2.0" {
+		t.Fatalf("first entry %+v", d)
+	}
+}
+
+// syft's SPDX 2.3 of the npm app: entries, files (from evident-by) and
+// licenses (licenseDeclared, since licenseConcluded is NOASSERTION); the
+// scanned directory is left out, as the project.
+func TestParseSPDXFixture(t *testing.T) {
+	res, err := Read(sbomFixture(t, "syft-npm.spdx.json"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Dependencies {
+		got = append(got, depLine(d))
+		mit := store.License{SPDX: "MIT", Name: "MIT", URL: "https://spdx.org/licenses/MIT.html"}
+		if !slices.Equal(d.Licenses, []store.License{mit}) {
+			t.Errorf("%s licenses %+v", depLine(d), d.Licenses)
+		}
+	}
+	want := []string{"@babel/parser@7.24.0 npm package-lock.json", "debug@4.3.4 npm package-lock.json",
+		"ms@2.1.2 npm package-lock.json", "ms@2.1.3 npm package-lock.json", "registryd-sbom-fixture@1.0.0 npm package-lock.json"}
+	if !slices.Equal(got, want) || res.SpecVersion != "SPDX-2.3" || res.Skipped != 1 {
+		t.Fatalf("entries %q (spec %s, skipped %d)", got, res.SpecVersion, res.Skipped)
+	}
+	// The upload's dependency_file_path comes first, as for CycloneDX.
+	res, err = Read(sbomFixture(t, "syft-npm.spdx.json"), Options{FilePath: "web/package-lock.json"})
+	if err != nil || res.Dependencies[0].FilePath != "web/package-lock.json" {
+		t.Fatalf("with a file path: %+v, %v", res.Dependencies[0], err)
+	}
+}
+
+// SPDX relationships may come before the packages they name; a package a
+// file CONTAINS (Trivy's lockfile packages) gets that file; sourceInfo is
+// the last resort.
+func TestParseSPDXRelationships(t *testing.T) {
+	body := `{"relationships":[
+		{"spdxElementId":"SPDXRef-DOCUMENT","relatedSpdxElement":"SPDXRef-root","relationshipType":"DESCRIBES"},
+		{"spdxElementId":"SPDXRef-app","relatedSpdxElement":"SPDXRef-a","relationshipType":"CONTAINS"}],
+		"spdxVersion":"SPDX-2.2",
+		"packages":[
+		{"SPDXID":"SPDXRef-root","name":"acme/app","versionInfo":"main"},
+		{"SPDXID":"SPDXRef-app","name":"frontend/yarn.lock"},
+		{"SPDXID":"SPDXRef-a","name":"left-pad","versionInfo":"1.3.0","licenseConcluded":"MIT OR Apache-2.0",
+		 "externalRefs":[{"referenceCategory":"PACKAGE_MANAGER","referenceType":"purl","referenceLocator":"pkg:npm/left-pad@1.3.0"}]},
+		{"SPDXID":"SPDXRef-b","name":"slf4j-api","versionInfo":"2.0.9","sourceInfo":"acquired package info from the following paths: /svc/pom.xml, /pom.xml",
+		 "externalRefs":[{"referenceCategory":"PACKAGE-MANAGER","referenceType":"purl","referenceLocator":"pkg:maven/org.slf4j/slf4j-api@2.0.9"}]},
+		{"SPDXID":"SPDXRef-c","name":"debian","versionInfo":"12","primaryPackagePurpose":"OPERATING-SYSTEM"}]}`
+	res, err := Read(strings.NewReader(body), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Dependencies {
+		got = append(got, depLine(d))
+	}
+	want := []string{"left-pad@1.3.0 yarn frontend/yarn.lock", "org.slf4j/slf4j-api@2.0.9 maven svc/pom.xml"}
+	if !slices.Equal(got, want) || res.Skipped != 2 || res.SpecVersion != "SPDX-2.2" {
+		t.Fatalf("entries %q, skipped %d", got, res.Skipped)
+	}
+	if l := res.Dependencies[0].Licenses; len(l) != 2 || l[0].SPDX != "MIT" || l[1].SPDX != "Apache-2.0" {
+		t.Fatalf("licenses %+v", l)
 	}
 }

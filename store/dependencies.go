@@ -14,10 +14,14 @@ import (
 // Dependency is one entry of a project's dependency list, in the order the
 // SBOM listed it.
 type Dependency struct {
-	Name            string                    `json:"name"`
-	Version         string                    `json:"version"`
-	PackageManager  string                    `json:"package_manager,omitempty"`
-	FilePath        string                    `json:"dependency_file_path,omitempty"`
+	Name           string `json:"name"`
+	Version        string `json:"version"`
+	PackageManager string `json:"package_manager,omitempty"`
+	FilePath       string `json:"dependency_file_path,omitempty"`
+	// Ecosystem and Package are the package advisories are matched on
+	// (NewDependency); Package "" means Name (packageName).
+	Ecosystem       string                    `json:"-"`
+	Package         string                    `json:"-"`
 	Licenses        []License                 `json:"licenses,omitempty"`
 	Vulnerabilities []DependencyVulnerability `json:"vulnerabilities,omitempty"`
 }
@@ -36,6 +40,9 @@ type DependencyVulnerability struct {
 	ID       int64  `json:"id"`
 	Name     string `json:"name"`
 	Severity string `json:"severity"`
+	// Origin says whether the SBOM named it, an advisory matched it, or
+	// both (originSBOM | originAdvisory).
+	Origin uint8 `json:"-"`
 }
 
 // Vulnerability is a vulnerability known in a project. Its ID stays the same
@@ -57,8 +64,29 @@ var Severities = []string{"critical", "high", "medium", "low", "info", "unknown"
 // NewVulnerability.ExternalID values of the same upload.
 type NewDependency struct {
 	Name, Version, PackageManager, FilePath string
-	Licenses                                []License
-	Vulnerabilities                         []string
+	// Package is the package as advisories name it, PackageRef(ecosystem,
+	// name) of an AdvisoryPackage, when the matcher would not derive it
+	// from PackageManager and Name (AdvisoryMatcher.PackageOf): "" (the
+	// usual case, which costs an upload no memory) means derive it,
+	// PackageRef("", "") means none.
+	Package         string
+	Licenses        []License
+	Vulnerabilities []string
+}
+
+// PackageRef is NewDependency.Package for a package of an ecosystem.
+func PackageRef(ecosystem, name string) string { return ecosystem + "\x00" + name }
+
+// packageOfNew is the advisory package of an upload's entry.
+func (s *Store) packageOfNew(nd *NewDependency) (eco, name string) {
+	if nd.Package != "" {
+		eco, name, _ = strings.Cut(nd.Package, "\x00")
+		return eco, name
+	}
+	if s.matcher == nil {
+		return "", ""
+	}
+	return s.matcher.PackageOf(nd.PackageManager, nd.Name)
 }
 
 // NewVulnerability is one vulnerability of an upload.
@@ -154,10 +182,14 @@ func validateUpload(deps []NewDependency, vulns []NewVulnerability) error {
 // ReplaceDependencies makes deps the project's dependency list, in one
 // transaction: the old list is gone and the new one complete, or nothing
 // changed. Vulnerabilities keep their ids across uploads (by ExternalID).
+// Each entry with an advisory package is matched against the advisory
+// database (advisories_match.go): the advisories that affect its version
+// are vulnerabilities of the entry too, folded with those the SBOM names
+// when ids or aliases say they are one.
 //
 // The new list overwrites the old one's keys in place and deletes only what
 // lies past its end, so bbolt holds one version of each key; entries are
-// binary chunks (see depLayoutChunks), whose bytes come from a few slabs.
+// binary chunks (see depLayoutPackages), whose bytes come from a few slabs.
 func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns []NewVulnerability) (DependencyList, error) {
 	if err := validateUpload(deps, vulns); err != nil {
 		return DependencyList{}, err
@@ -169,9 +201,9 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		if tx.Bucket(bktProjects).Get(itob(project)) == nil {
 			return notFound("Project")
 		}
-		depsB, byPM, lists := tx.Bucket(bktDependencies), tx.Bucket(bktDepsByPM), tx.Bucket(bktDepLists)
+		depsB, byPM, lists, byPkg := tx.Bucket(bktDependencies), tx.Bucket(bktDepsByPM), tx.Bucket(bktDepLists), tx.Bucket(bktDepsByPkg)
 		var old storedDepList
-		if getJSON(lists, itob(project), &old); old.Layout != depLayoutChunks {
+		if getJSON(lists, itob(project), &old); old.Layout != depLayoutChunks && old.Layout != depLayoutPackages {
 			// Keys of the JSON layout mean something else in the chunked one.
 			if err := deletePrefix(depsB, itob(project)); err != nil {
 				return err
@@ -180,31 +212,22 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 				return err
 			}
 		}
+		oldPkgKeys := oldPackageKeys(byPkg, project)
 
-		vb, byKey := tx.Bucket(bktVulns), tx.Bucket(bktVulnsByKey)
+		vr := newVulnResolver(tx, project, now)
 		stored := make(map[string]DependencyVulnerability, len(vulns))
 		for _, nv := range vulns {
-			rec := Vulnerability{ProjectID: project, ExternalID: nv.ExternalID, Name: nv.Name,
-				Severity: nv.Severity, Description: nv.Description, UpdatedAt: now}
-			if rec.Name == "" {
-				rec.Name = nv.ExternalID
-			}
-			if id := byKey.Get(vulnKey(project, nv.ExternalID)); id != nil {
-				rec.ID = btoi(id)
-			} else {
-				id, err := nextID(vb)
-				if err != nil {
-					return err
-				}
-				rec.ID = id
-				if err := byKey.Put(vulnKey(project, nv.ExternalID), itob(id)); err != nil {
-					return err
-				}
-			}
-			if err := putJSON(vb, itob(rec.ID), rec); err != nil {
+			dv, err := vr.resolve([]string{nv.ExternalID}, Vulnerability{ExternalID: nv.ExternalID, Name: nv.Name,
+				Severity: nv.Severity, Description: nv.Description}, false)
+			if err != nil {
 				return err
 			}
-			stored[nv.ExternalID] = DependencyVulnerability{ID: rec.ID, Name: rec.Name, Severity: rec.Severity}
+			dv.Origin = originSBOM
+			stored[nv.ExternalID] = dv
+		}
+		var cache *advisoryCache
+		if s.matcher != nil {
+			cache = &advisoryCache{tx: tx, filter: s.filterIn(tx, &s.advFilter)}
 		}
 
 		// Positions run 1..n, so a page of the unfiltered list is one seek.
@@ -223,20 +246,33 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 			return err
 		}
 		runs := map[string]*pmRun{}
-		licenses, affecting := map[[2]string]bool{}, map[int64]bool{}
+		licenses, refs := map[[2]string]bool{}, map[int64]int{}
+		var pkgs pkgIndexWriter
 		var dvs []DependencyVulnerability
 		for i, nd := range deps {
 			pos := int64(i + 1)
 			d := Dependency{Name: nd.Name, Version: nd.Version, PackageManager: nd.PackageManager,
 				FilePath: nd.FilePath, Licenses: nd.Licenses, Vulnerabilities: dvs[:0]}
+			if eco, name := s.packageOfNew(&deps[i]); eco != "" {
+				d.Ecosystem, d.Package = eco, name
+			}
 			for _, ref := range nd.Vulnerabilities {
 				dv := stored[ref]
 				if !slices.ContainsFunc(d.Vulnerabilities, func(x DependencyVulnerability) bool { return x.ID == dv.ID }) {
 					d.Vulnerabilities = append(d.Vulnerabilities, dv)
-					affecting[dv.ID] = true
 				}
 			}
 			dvs = d.Vulnerabilities
+			if cache != nil {
+				if advs := cache.of(d.Ecosystem, packageName(&d)); len(advs) > 0 {
+					if err := matchEntry(s.matcher, vr, &d, advs); err != nil {
+						return err
+					}
+				}
+			}
+			for _, v := range d.Vulnerabilities {
+				refs[v.ID]++
+			}
 			for _, l := range d.Licenses {
 				licenses[[2]string{l.SPDX, l.Name}] = true
 			}
@@ -246,6 +282,7 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 					return err
 				}
 			}
+			pkgs.add(&d, pos, len(deps))
 			r := runs[d.PackageManager]
 			if r == nil {
 				r = &pmRun{}
@@ -282,13 +319,44 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		}); err != nil {
 			return err
 		}
-		list.Dependencies, list.Licenses, list.Vulnerabilities = len(deps), len(licenses), len(affecting)
-		return putJSON(lists, itob(project), storedDepList{DependencyList: list, Layout: depLayoutChunks})
+		newPkgKeys, err := pkgs.write(byPkg, project, &mem, func(pos int64) []byte {
+			return pkgKey(s.packageOfNew(&deps[pos-1]))
+		})
+		if err != nil {
+			return err
+		}
+		for k := range oldPkgKeys {
+			if !newPkgKeys[k] {
+				if err := byPkg.Delete([]byte(k)); err != nil {
+					return err
+				}
+			}
+		}
+		list.Dependencies, list.Licenses, list.Vulnerabilities = len(deps), len(licenses), len(refs)
+		return putJSON(lists, itob(project), storedDepList{DependencyList: list, Layout: depLayoutPackages, VulnRefs: refs})
 	})
 	if err != nil {
 		return DependencyList{}, err
 	}
 	return list, nil
+}
+
+// packageName is the advisory package name of a stored entry.
+func packageName(d *Dependency) string {
+	if d.Package != "" {
+		return d.Package
+	}
+	return d.Name
+}
+
+// oldPackageKeys lists the package index keys of a project's stored list,
+// from its manifest (dependencies_index.go).
+func oldPackageKeys(byPkg kv.Bucket, project int64) map[string]bool {
+	keys := map[string]bool{}
+	for _, k := range manifestKeys(byPkg.Get(pkgManifestKey(project))) {
+		keys[string(k)] = true
+	}
+	return keys
 }
 
 // DependencyListOf returns the summary of a project's list; a project that
@@ -327,7 +395,7 @@ func (s *Store) Dependencies(project int64, managers []string, offset, limit int
 			return nil
 		}
 		depsB := tx.Bucket(bktDependencies)
-		chunked := list.Layout == depLayoutChunks
+		chunked := list.Layout == depLayoutChunks || list.Layout == depLayoutPackages
 		cr := &depChunkReader{b: depsB, project: project, chunk: -1}
 		read := func(pos int64) error {
 			var d Dependency

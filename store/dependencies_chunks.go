@@ -20,6 +20,12 @@ const (
 	// positions per key (project id + package manager + 0 + run number from
 	// 0 -> uvarint deltas, the first from 0).
 	depLayoutChunks = 2
+	// depLayoutPackages is depLayoutChunks whose chunks also say each
+	// entry's advisory package and where each vulnerability comes from
+	// (depChunkTagPackages), with the entries indexed by package in
+	// bktDepsByPkg (dependencies_index.go) so that an advisory import
+	// finds them.
+	depLayoutPackages = 3
 )
 
 const (
@@ -32,8 +38,17 @@ const (
 	depsPerChunk = 64
 	// posPerIndexChunk positions of one package manager share one index key.
 	posPerIndexChunk = 1024
-	// depChunkTag starts every chunk; a JSON record starts with '{'.
+	// depChunkTag starts every chunk of depLayoutChunks; a JSON record
+	// starts with '{'.
 	depChunkTag = 0x02
+	// depChunkTagPackages starts every chunk of depLayoutPackages.
+	depChunkTagPackages = 0x03
+)
+
+// Where a vulnerability of an entry comes from (DependencyVulnerability.Origin).
+const (
+	originSBOM     uint8 = 1 // the uploaded SBOM named it
+	originAdvisory uint8 = 2 // an advisory of the database matches the entry
 )
 
 // storedDepList is the summary record of a list: the API's DependencyList
@@ -41,14 +56,21 @@ const (
 type storedDepList struct {
 	DependencyList
 	Layout int `json:"layout,omitempty"`
+	// VulnRefs counts the entries each vulnerability affects, so that an
+	// advisory import that changes a few entries keeps
+	// DependencyList.Vulnerabilities exact.
+	VulnRefs map[int64]int `json:"vuln_refs,omitempty"`
 }
 
-// depEncoder writes chunks of entries. An entry is its name (uvarint length
-// + bytes) and then shared strings: version, package manager, file path, the
-// number of licenses and per license SPDX id, name and URL, the number of
-// vulnerabilities and per vulnerability its id (uvarint), name and severity.
-// A shared string is 0 + length + bytes the first time a chunk has it and
-// afterwards its 1-based rank among the chunk's shared strings.
+// depEncoder writes chunks of entries (depChunkTagPackages). An entry is
+// its name (uvarint length + bytes) and then shared strings: version,
+// package manager, file path, ecosystem; the package name (raw, empty when
+// it is the entry's name); the number of licenses and per license SPDX id,
+// name and URL, the number of vulnerabilities and per vulnerability its id
+// (uvarint), name, severity and origin (one byte). A shared string is 0 +
+// length + bytes the first time a chunk has it and afterwards its 1-based
+// rank among the chunk's shared strings. Chunks of depChunkTag are the same
+// without ecosystem, package and origin.
 type depEncoder struct {
 	buf  []byte
 	strs map[string]uint64
@@ -62,7 +84,7 @@ func newDepEncoder() *depEncoder {
 }
 
 func (e *depEncoder) reset() {
-	e.buf, e.n = append(e.buf[:0], depChunkTag), 0
+	e.buf, e.n = append(e.buf[:0], depChunkTagPackages), 0
 	clear(e.strs)
 }
 
@@ -86,6 +108,12 @@ func (e *depEncoder) add(d *Dependency) {
 	e.shared(d.Version)
 	e.shared(d.PackageManager)
 	e.shared(d.FilePath)
+	e.shared(d.Ecosystem)
+	if d.Package == d.Name {
+		e.raw("")
+	} else {
+		e.raw(d.Package) // "" too: the name
+	}
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(d.Licenses)))
 	for _, l := range d.Licenses {
 		e.shared(l.SPDX)
@@ -97,6 +125,7 @@ func (e *depEncoder) add(d *Dependency) {
 		e.buf = binary.AppendUvarint(e.buf, uint64(v.ID))
 		e.shared(v.Name)
 		e.shared(v.Severity)
+		e.buf = append(e.buf, v.Origin)
 	}
 	e.n++
 }
@@ -124,6 +153,7 @@ type depChunkReader struct {
 	raw     []byte // the rest of the current chunk
 	next    int    // index in the chunk of the entry raw starts with
 	strs    []string
+	tag     byte // of the current chunk
 }
 
 func (r *depChunkReader) corrupt() {
@@ -162,10 +192,24 @@ func (r *depChunkReader) shared() string {
 	return r.strs[i-1]
 }
 
+func (r *depChunkReader) byte1() byte {
+	if len(r.raw) == 0 {
+		r.corrupt()
+	}
+	b := r.raw[0]
+	r.raw = r.raw[1:]
+	return b
+}
+
 // entry decodes the next entry into d, or skips it when d is nil.
 func (r *depChunkReader) entry(d *Dependency) {
 	name := r.bytes()
 	version, pm, path := r.shared(), r.shared(), r.shared()
+	var eco string
+	var pkg []byte
+	if r.tag == depChunkTagPackages {
+		eco, pkg = r.shared(), r.bytes()
+	}
 	var ls []License
 	for n := r.uvarint(); n > 0; n-- {
 		l := License{SPDX: r.shared(), Name: r.shared(), URL: r.shared()}
@@ -175,7 +219,10 @@ func (r *depChunkReader) entry(d *Dependency) {
 	}
 	var vs []DependencyVulnerability
 	for n := r.uvarint(); n > 0; n-- {
-		v := DependencyVulnerability{ID: int64(r.uvarint()), Name: r.shared(), Severity: r.shared()}
+		v := DependencyVulnerability{ID: int64(r.uvarint()), Name: r.shared(), Severity: r.shared(), Origin: originSBOM}
+		if r.tag == depChunkTagPackages {
+			v.Origin = r.byte1()
+		}
 		if d != nil {
 			vs = append(vs, v)
 		}
@@ -183,7 +230,7 @@ func (r *depChunkReader) entry(d *Dependency) {
 	r.next++
 	if d != nil {
 		*d = Dependency{Name: string(name), Version: version, PackageManager: pm, FilePath: path,
-			Licenses: ls, Vulnerabilities: vs}
+			Ecosystem: eco, Package: string(pkg), Licenses: ls, Vulnerabilities: vs}
 	}
 }
 
@@ -197,10 +244,10 @@ func (r *depChunkReader) at(pos int64) (Dependency, bool) {
 			return Dependency{}, false
 		}
 		r.chunk = c
-		if raw[0] != depChunkTag {
+		if raw[0] != depChunkTag && raw[0] != depChunkTagPackages {
 			r.corrupt()
 		}
-		r.raw, r.next, r.strs = raw[1:], 0, r.strs[:0]
+		r.raw, r.next, r.strs, r.tag = raw[1:], 0, r.strs[:0], raw[0]
 	}
 	for r.next < i {
 		if len(r.raw) == 0 {

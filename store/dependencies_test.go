@@ -275,7 +275,7 @@ func TestReplaceDependenciesManyChunks(t *testing.T) {
 				exp := match[min(pg[0], len(match)):min(pg[0]+pg[1], len(match))]
 				for i := range got {
 					for j := range got[i].Vulnerabilities {
-						got[i].Vulnerabilities[j].ID = 0
+						got[i].Vulnerabilities[j].ID, got[i].Vulnerabilities[j].Origin = 0, 0
 					}
 				}
 				if total != len(match) || fmt.Sprint(got) != fmt.Sprint(exp) {

@@ -59,7 +59,17 @@ var (
 	bktDepsByPM     = []byte("dependencies_by_pm")     // project id + package manager + 0 + run number -> position deltas
 	bktDepLists     = []byte("dependency_lists")       // project id -> storedDepList (counts, layout)
 	bktVulns        = []byte("vulnerabilities")        // id -> Vulnerability
-	bktVulnsByKey   = []byte("vulnerabilities_by_key") // project id + external id -> vulnerability id
+	bktVulnsByKey   = []byte("vulnerabilities_by_key") // project id + external id (or alias) -> vulnerability id
+	// Lists of depLayoutPackages by package (dependencies_index.go):
+	// 'E' + ecosystem + 0 + name + 0 + project id, or 'B' + bucket + project id -> positions.
+	bktDepsByPkg = []byte("dependencies_by_package")
+
+	// The advisory database (advisories.go): records by id, by package (with
+	// what matching needs) and by source (for a full import's sweep).
+	bktAdvisories      = []byte("advisories")        // advisory id -> storedAdvisory
+	bktAdvisoryPkgs    = []byte("advisory_packages") // ecosystem + 0 + name + 0 + advisory id -> pkgAdvisory
+	bktAdvisorySources = []byte("advisory_sources")  // source + 0 + advisory id -> digest
+	bktAdvisoryImports = []byte("advisory_imports")  // source -> AdvisoryImportResult of its last import
 
 	// Activity events. Index values are the event's fixed header (see
 	// events.go) so that filters are evaluated without decoding records.
@@ -97,7 +107,8 @@ var allBuckets = [][]byte{
 	bktRegistries, bktGroupRegs, bktUpstreams, bktGroupUpstreams, bktAssocs, bktRegAssocs, bktUpAssocs,
 	bktUpstreamRules, bktRuleUpstream,
 	bktCacheEntries, bktCachePending, bktCachePurges, bktBlobRefs, bktCacheByTime,
-	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey,
+	bktDependencies, bktDepsByPM, bktDepLists, bktVulns, bktVulnsByKey, bktDepsByPkg,
+	bktAdvisories, bktAdvisoryPkgs, bktAdvisorySources, bktAdvisoryImports,
 	bktEvents, bktEventsByProject, bktEventsByAuthor, bktEventsByProjectAct, bktEventsByAuthorAct, bktEventCounts,
 	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
 	bktCleanupPolicies,
@@ -113,6 +124,9 @@ var (
 	// the cache_entries key its build resumes at (cache_use.go).
 	metaUseBuilt = []byte("cache_by_use_built")
 	metaUseNext  = []byte("cache_by_use_next")
+	// metaAdvisoryGen moves with every import batch that changed an
+	// advisory (advisories_match.go, advisoryFilter).
+	metaAdvisoryGen = []byte("advisory_generation")
 )
 
 // schemaVersion is written on every open; an older registryd refuses a
@@ -124,8 +138,11 @@ var (
 // rules (rules.go) and registries a metadata merge switch; an older
 // registryd would serve what the rules refuse. 5: live entries are indexed by
 // last use (cache_use.go); an older registryd would write entries eviction
-// never finds.
-const schemaVersion = 5
+// never finds. 6: dependency lists say each entry's advisory package and
+// are indexed by package, and an advisory database is kept
+// (depLayoutPackages, advisories.go); an older registryd cannot read the
+// new chunks.
+const schemaVersion = 6
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {

@@ -53,6 +53,9 @@ type Options struct {
 	// BatchMaxHold bounds how long a shared transaction runs writes before
 	// it commits, so that it holds the engine's writer briefly. Default 10ms.
 	BatchMaxHold time.Duration
+	// Matcher decides which versions an advisory affects (osv.Matcher).
+	// Without one, advisories are kept but match no dependency.
+	Matcher AdvisoryMatcher
 }
 
 // Store is the open index.
@@ -84,6 +87,11 @@ type Store struct {
 	// batch runs entry writes in shared transactions (batch.go); nil when
 	// group commit is off.
 	batch *batcher
+	// matcher matches dependencies against advisories (Options.Matcher);
+	// advFilter is the set of packages that have advisories, as of an
+	// advisory generation (advisories_match.go).
+	matcher   AdvisoryMatcher
+	advFilter atomic.Pointer[advisoryFilter]
 }
 
 // ErrLocked means another process holds the database.
@@ -138,7 +146,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		db = bdb
 	}
-	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1)}
+	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
 	if o.BatchMaxEntries == 0 {
 		o.BatchMaxEntries = defaultBatchMaxEntries
 	}

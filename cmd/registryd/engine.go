@@ -2,6 +2,7 @@ package main
 
 import (
 	"registryd/config"
+	"registryd/osv"
 	"registryd/store"
 	"registryd/store/kv"
 )
@@ -9,6 +10,6 @@ import (
 // openStore opens the index on engine (nil: bbolt at DIR/registry.db),
 // with the group commit bounds of sc.
 func openStore(dir string, key []byte, engine kv.DB, sc config.Store) (*store.Store, error) {
-	return store.Open(dir, store.Options{SecretKey: key, Engine: engine,
+	return store.Open(dir, store.Options{SecretKey: key, Engine: engine, Matcher: osv.Matcher{},
 		BatchMaxEntries: sc.BatchMaxEntries, BatchMaxHold: sc.BatchMaxHold})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"registryd/admin"
+	"registryd/advisories"
 	"registryd/auth"
 	"registryd/cleanup"
 	"registryd/config"
@@ -330,8 +331,14 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
+	importer, err := advisories.New(advisories.Options{Store: st, Config: cfg.Advisories, TempDir: cfg.Path("tmp"),
+		Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
-		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Disk: blobs.DiskStatus, Version: version})
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer,
+		Disk: blobs.DiskStatus, Version: version})
 	if err != nil {
 		return err
 	}
@@ -359,6 +366,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}
 	proxySrv.Start()
 	cleaner.Start()
+	importer.Start()
 	listening.Store(true)
 	log.Info("registryd started", "version", version, "proxy", lns.proxy.Addr().String(),
 		"admin", lns.admin.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName,
@@ -406,6 +414,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	// flush the counts, then stop the collector, and only then (deferred
 	// above) close the store.
 	cleaner.Stop()
+	importer.Stop()
 	if err := proxySrv.StopCounting(); err != nil {
 		log.Error("flushing download counts", "err", err)
 	}

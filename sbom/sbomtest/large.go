@@ -41,6 +41,12 @@ func (c *countingWriter) str(s string) { _, _ = c.w.WriteString(s); c.n += int64
 // about 450 bytes); rich ones are cdxgen's with hashes, descriptions,
 // external references and evidence (about 2 KB).
 func WriteLarge(w io.Writer, size int64, dense bool) (int, error) {
+	return WriteLargeSpec(w, size, dense, "1.5")
+}
+
+// WriteLargeSpec is WriteLarge with another specVersion ("1.7": what 1.7
+// adds is nothing a dependency list reads, so the body is the same).
+func WriteLargeSpec(w io.Writer, size int64, dense bool, spec string) (int, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	cw := &countingWriter{w: bw}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -114,7 +120,7 @@ func WriteLarge(w io.Writer, size int64, dense bool) (int, error) {
 		}
 		cw.str(`}`)
 	}
-	cw.str(`{"bomFormat":"CycloneDX","specVersion":"1.5","serialNumber":"urn:uuid:3e671687-395b-41f5-a30f-a58921a69b79","version":1,` +
+	cw.str(`{"bomFormat":"CycloneDX","specVersion":"` + spec + `","serialNumber":"urn:uuid:3e671687-395b-41f5-a30f-a58921a69b79","version":1,` +
 		`"metadata":{"timestamp":"2026-11-21T10:04:05Z","tools":{"components":[{"group":"@cyclonedx","name":"cdxgen","version":"10.9.4","type":"application"}]},` +
 		`"component":{"name":"monorepo","version":"1.0.0","type":"application","bom-ref":"pkg:generic/monorepo@1.0.0"}},"components":[`)
 	// Components take about 70 % of the document, the dependency graph and
@@ -157,6 +163,11 @@ func WriteLarge(w io.Writer, size int64, dense bool) (int, error) {
 
 // LargeFile writes an SBOM of about size bytes into a temp file.
 func LargeFile(tb testing.TB, size int64, dense bool) (path string, n int64, comps int) {
+	return LargeFileOf(tb, func(w io.Writer) (int, error) { return WriteLarge(w, size, dense) })
+}
+
+// LargeFileOf writes the SBOM write makes into a temp file.
+func LargeFileOf(tb testing.TB, write func(io.Writer) (int, error)) (path string, n int64, comps int) {
 	tb.Helper()
 	path = filepath.Join(tb.TempDir(), "sbom.json")
 	f, err := os.Create(path)
@@ -164,7 +175,7 @@ func LargeFile(tb testing.TB, size int64, dense bool) (path string, n int64, com
 		tb.Fatal(err)
 	}
 	defer f.Close()
-	if comps, err = WriteLarge(f, size, dense); err != nil {
+	if comps, err = write(f); err != nil {
 		tb.Fatal(err)
 	}
 	fi, err := f.Stat()
