@@ -19,7 +19,6 @@ type soakOptions struct {
 	conns                        int
 	missShare, metaShare         float64
 	budget                       string
-	backlog                      string
 }
 
 func (s *soakOptions) flags() {
@@ -31,8 +30,6 @@ func (s *soakOptions) flags() {
 	flag.Float64Var(&s.metaShare, "soak-meta-share", 0.10, "soak: share of the load's iterations asking for merged metadata")
 	flag.Float64Var(&s.missShare, "soak-miss-share", 0.08, "soak: share of the downloads that are unique misses")
 	flag.StringVar(&s.budget, "soak-budget", "256MiB", "soak: cache.max_bytes of the soak's daemon")
-	flag.StringVar(&s.backlog, "soak-backlog-metric", "",
-		`soak: gauge of fills waiting to be stored ("" finds it by name, "-" reads none)`)
 }
 
 // soak) issue 20's soak (internal/soak) against a daemon of its own, with
@@ -61,7 +58,7 @@ func (b *bench) soak() error {
 	res, err := soak.Run(soak.Config{
 		Duration: o.duration, Conns: o.conns, MissShare: o.missShare, MetaShare: o.metaShare,
 		Window: o.window, PurgeEvery: o.purgeEvery, AdminEvery: o.adminEvery,
-		BacklogMetric: o.backlog, Logf: logf,
+		Logf: logf,
 	}, soak.Target{Proxy: d.Proxy, Admin: d.Admin, RootToken: benchRootToken, PID: d.pid()})
 	if err != nil {
 		return err
@@ -70,9 +67,6 @@ func (b *bench) soak() error {
 	fmt.Fprintln(os.Stderr, "bench:   soak, whole run:")
 	for _, l := range res.Lines() {
 		logf("%s", l)
-	}
-	if res.BacklogMetric == "" {
-		b.skip("soak: the daemon exposes no gauge of fills waiting to be stored; that backlog was not sampled")
 	}
 	run := fmt.Sprintf("%s, %d conns, %.1f %% unique misses, budget %s", o.duration, o.conns, 100*res.MissShareRun, o.budget)
 	for _, g := range res.Goals {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -77,27 +76,10 @@ const (
 	mEvictions   = "registryd_cache_evictions_total"
 	mGoroutines  = "go_goroutines"
 	mCountsQueue = "registryd_cache_download_counts_pending"
+	// mPendingStores is the gauge of fills whose entries wait to be
+	// stored (bounded by cache.max_pending_stores).
+	mPendingStores = "registryd_cache_pending_stores"
 )
-
-// BacklogPattern finds the gauge of fills waiting to have their entries
-// stored (the group commit of issue 20 adds one; its name was not known
-// when the soak was written): the first unlabelled sample whose name
-// matches, other than the gauges the soak reads under their own names.
-// Config.BacklogMetric names it exactly when this guesses wrong.
-var BacklogPattern = regexp.MustCompile(`^registryd_(cache|index|store)_\w*(waiting|backlog|queued|queue|unstored|pending)\w*$`)
-
-func findBacklog(m map[string]float64) string {
-	best := ""
-	for name := range m {
-		if name == mPending || name == mCountsQueue || !BacklogPattern.MatchString(name) {
-			continue
-		}
-		if best == "" || name < best { // deterministic when several match
-			best = name
-		}
-	}
-	return best
-}
 
 // scrape reads the unlabelled samples of /metrics.
 func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {

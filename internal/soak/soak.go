@@ -48,9 +48,6 @@ type Config struct {
 	AdminEvery     time.Duration // one admin write each; default 250ms
 	RequestTimeout time.Duration // client timeout of one request; default 60s
 	DrainTimeout   time.Duration // safety net of the wait for the drain after the load; default 2m
-	// BacklogMetric is the gauge of fills waiting to have their entries
-	// stored; "" finds it by BacklogPattern, "-" reads none.
-	BacklogMetric string
 	// Logf prints progress (a line per window); nil prints nothing.
 	Logf func(format string, args ...any)
 	// Secret is told every credential the soak creates (the itest checks
@@ -152,22 +149,7 @@ func Run(cfg Config, t Target) (*Result, error) {
 	if err := setup(r.api, &r.w, cfg.Secret); err != nil {
 		return nil, fmt.Errorf("soak set-up: %w", err)
 	}
-	first, err := scrape(context.Background(), r.api.client, t.Admin+"/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("soak set-up: %w", err)
-	}
-	switch cfg.BacklogMetric {
-	case "":
-		r.backlog = findBacklog(first)
-	case "-":
-	default:
-		r.backlog = cfg.BacklogMetric
-	}
-	if r.backlog == "" {
-		cfg.Logf("soak: the daemon exposes no gauge of fills waiting to be stored (none matches %s): not sampled", BacklogPattern)
-	} else {
-		cfg.Logf("soak: fills waiting to be stored: %s", r.backlog)
-	}
+	r.backlog = mPendingStores
 
 	cfg.Logf("soak: warming %d hot files and %d metadata documents", cfg.HotFiles, cfg.MetaArtifacts)
 	r.warm = &winStats{}

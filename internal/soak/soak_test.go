@@ -220,15 +220,3 @@ func TestOverBudget(t *testing.T) {
 		}
 	}
 }
-
-func TestFindBacklog(t *testing.T) {
-	m := map[string]float64{mPending: 3, mCountsQueue: 4, "registryd_cache_fills_in_flight": 1,
-		"registryd_index_writes_waiting": 7, "go_goroutines": 10}
-	if got := findBacklog(m); got != "registryd_index_writes_waiting" {
-		t.Errorf("found %q", got)
-	}
-	delete(m, "registryd_index_writes_waiting")
-	if got := findBacklog(m); got != "" {
-		t.Errorf("found %q among the known gauges", got)
-	}
-}
