@@ -341,10 +341,15 @@ func (e *env) slowClientFlight(up *fakeUpstream, body []byte) (<-chan resp, *htt
 // holds back the others of its flight for spillStall at most: then it is
 // cut off (its response ends short), the others get the whole file, and
 // the upstream, which did nothing wrong, is not charged for it.
+//
+// The stall is taken when the fast client has read all there is (stallNow),
+// not after a time: with a short spillStall a loaded machine could keep the
+// fast client inside one write for longer and make it look stalled too.
 func TestDiskFullSlowClient(t *testing.T) {
 	e := newEnv(t)
 	e.fakeVolume(50 * gib)
-	e.srv.spillStall = 20 * time.Millisecond
+	e.srv.spillStall = time.Hour
+	e.srv.stallNow = fastReaderCaughtUp
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	body := jarBytes(jarPath, 4*spillWindow+777)
@@ -370,6 +375,19 @@ func TestDiskFullSlowClient(t *testing.T) {
 	if st := e.srv.health.Status(uid); st.Failures != 0 || st.LastError != "" {
 		t.Fatalf("upstream health %+v after a client stalled", st)
 	}
+}
+
+// fastReaderCaughtUp reports whether the fastest reader of f has sent every
+// byte the fill wrote: the window is full and only the laggards hold it.
+func fastReaderCaughtUp(f *flight) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, off := range f.pass.readers {
+		if off == f.written {
+			return true
+		}
+	}
+	return false
 }
 
 // TestDiskFullAllClientsStalled: when every client of an uncached download

@@ -266,22 +266,24 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 			} else {
 				stall.Reset(f.s.spillStall)
 			}
-			select {
-			case <-room:
-			case <-stall.C:
-				f.mu.Lock()
-				if !f.cutLaggardsLocked() {
-					// Nobody reads on: the memory goes now, not when
-					// the stalled clients finally hang up.
-					f.forgetChunksLocked(len(p.chunks))
-					f.mu.Unlock()
-					return errStalledReaders
+			expired := f.s.stallNow != nil && f.s.stallNow(f)
+			if !expired {
+				select {
+				case <-room:
+				case <-stall.C:
+					expired = true
+				case <-ctx.Done():
+					return ctx.Err()
 				}
-				continue
-			case <-ctx.Done():
-				return ctx.Err()
 			}
 			f.mu.Lock()
+			if expired && !f.cutLaggardsLocked() {
+				// Nobody reads on: the memory goes now, not when the
+				// stalled clients finally hang up.
+				f.forgetChunksLocked(len(p.chunks))
+				f.mu.Unlock()
+				return errStalledReaders
+			}
 		}
 		if end == p.base+int64(len(p.chunks))*spillChunk {
 			p.chunks = append(p.chunks, spillBufs.Get().(*[]byte))

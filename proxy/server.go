@@ -128,6 +128,11 @@ type Server struct {
 	// spillStall is how long an uncached fill waits for its readers
 	// (passthrough.go): spillStall, shorter in tests.
 	spillStall time.Duration
+	// stallNow, set by tests, is asked each time an uncached fill starts
+	// to wait for its readers; true takes the stall path at once, as if
+	// spillStall had passed, so a test cuts the laggards at the moment it
+	// chooses rather than after a time that a loaded machine may stretch.
+	stallNow func(*flight) bool
 	// clientPoll is how often a request waiting for a fill looks whether
 	// its client left (clientgone.go): clientPoll, shorter in tests.
 	clientPoll time.Duration
