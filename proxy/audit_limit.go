@@ -148,7 +148,7 @@ type aggregateKey struct {
 // aggregateEnd is the first or the last refusal of an aggregate.
 type aggregateEnd struct {
 	at      time.Time
-	rel     string // the file, relative to the upstream
+	rel     string // the file, relative to the upstream, redacted (deniedFile.rel)
 	details string // its upstream URL (a single event's target_details)
 }
 
@@ -163,7 +163,7 @@ type aggregate struct {
 }
 
 func newAggregate(r deniedFile) *aggregate {
-	end := aggregateEnd{at: r.ev.CreatedAt, rel: r.key.rel, details: r.ev.TargetDetails}
+	end := aggregateEnd{at: r.ev.CreatedAt, rel: r.rel, details: r.ev.TargetDetails}
 	return &aggregate{key: r.key.aggregateKey(), count: 1, first: end, last: end, ev: r.ev, upURL: r.upURL}
 }
 
