@@ -12,6 +12,7 @@ import (
 	"registryd/auth"
 	"registryd/config"
 	"registryd/internal/clusterjob"
+	"registryd/internal/redact"
 	"registryd/maven"
 	"registryd/store"
 )
@@ -66,6 +67,7 @@ type deniedFile struct {
 	key   denialKey
 	ev    store.AuditEvent
 	upURL string // the upstream's URL without a trailing slash
+	rel   string // key.rel as events show it: credentials redacted
 }
 
 func newAuditQueue(s *Server, cfg config.Audit, reg prometheus.Registerer) (*auditQueue, error) {
@@ -109,14 +111,20 @@ func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 	q.seen.Add(k, now)
 	q.mu.Unlock()
 
+	// What the client wrote (the file, the coordinate a rule matched) is
+	// stored redacted: a token pasted into the path must not outlive the
+	// request in an event (redact.Text returns a clean string as it is).
+	// The key keeps the file as asked, so the window above still works.
+	shown := redact.Text(k.rel)
+	v.Value = redact.Text(v.Value)
 	upURL := strings.TrimSuffix(u.ep.URL, "/")
-	r := deniedFile{key: k, upURL: upURL, ev: store.AuditEvent{
+	r := deniedFile{key: k, upURL: upURL, rel: shown, ev: store.AuditEvent{
 		EventName:     store.AuditUpstreamArtifactDenied,
 		EntityID:      x.reg.group,
 		EntityType:    store.AuditEntityGroup,
 		TargetID:      u.id,
 		TargetType:    store.AuditTargetMavenUpstream,
-		TargetDetails: upURL + "/" + k.rel,
+		TargetDetails: upURL + "/" + shown,
 		Message:       "Blocked package request - " + v.Reason() + " (registry " + strconv.FormatInt(x.reg.id, 10) + ")",
 		IPAddress:     x.ctx.RemoteIP().String(),
 		CreatedAt:     now,

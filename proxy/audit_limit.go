@@ -55,12 +55,13 @@ const (
 )
 
 // auditCaller is who a refusal is charged to: a user (all their tokens
-// together), a deploy token, or an anonymous client address (IPv6 per
-// /64, which one client controls).
+// together), a deploy token, or an anonymous client (clientOf: an IPv4
+// address, an IPv6 /64, which one client controls), as the connection
+// limits count clients.
 type auditCaller struct {
-	kind auth.Kind
-	id   int64
-	addr netip.Addr // anonymous callers only
+	kind   auth.Kind
+	id     int64
+	client netip.Prefix // anonymous callers only
 }
 
 func callerOf(x *exchange) auditCaller {
@@ -70,11 +71,7 @@ func callerOf(x *exchange) auditCaller {
 	case auth.DeployToken:
 		return auditCaller{kind: auth.DeployToken, id: x.who.Deploy.ID}
 	}
-	a := clientAddr(x.ctx.RemoteAddr())
-	if a.Is6() {
-		a = netip.PrefixFrom(a, 64).Masked().Addr()
-	}
-	return auditCaller{kind: auth.Anonymous, addr: a}
+	return auditCaller{kind: auth.Anonymous, client: clientOf(clientAddr(x.ctx.RemoteAddr()))}
 }
 
 // tokenBucket is a budget of perMinute events, refilled continuously and
@@ -148,7 +145,7 @@ type aggregateKey struct {
 // aggregateEnd is the first or the last refusal of an aggregate.
 type aggregateEnd struct {
 	at      time.Time
-	rel     string // the file, relative to the upstream
+	rel     string // the file, relative to the upstream, redacted (deniedFile.rel)
 	details string // its upstream URL (a single event's target_details)
 }
 
@@ -163,7 +160,7 @@ type aggregate struct {
 }
 
 func newAggregate(r deniedFile) *aggregate {
-	end := aggregateEnd{at: r.ev.CreatedAt, rel: r.key.rel, details: r.ev.TargetDetails}
+	end := aggregateEnd{at: r.ev.CreatedAt, rel: r.rel, details: r.ev.TargetDetails}
 	return &aggregate{key: r.key.aggregateKey(), count: 1, first: end, last: end, ev: r.ev, upURL: r.upURL}
 }
 

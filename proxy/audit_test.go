@@ -16,6 +16,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/redact"
 	"registryd/store"
 )
 
@@ -280,6 +281,51 @@ func TestAuditCallerOf(t *testing.T) {
 		if (tt.a == tt.b) != tt.sameQuota {
 			t.Errorf("%s: %+v and %+v, want the same caller: %v", tt.name, tt.a, tt.b, tt.sameQuota)
 		}
+	}
+}
+
+// A token the client pasted into a refused path (as a segment, which the
+// group id rule quotes too, or as a parameter, encoded or not) is in no
+// stored event, neither one of its own nor an aggregate: each shows
+// [redacted] where the token was, and the rest of the path as asked.
+func TestAuditRedactsTokensInPaths(t *testing.T) {
+	const secret = "Tok3nValue0123456789abcdef"
+	e := newEnv(t, func(c *config.Config) { c.Audit.CallerDenialsPerMinute, c.Audit.RegistryDenialsPerMinute = 2, 100 })
+	up := newFakeUpstream(t)
+	e.refusingUpstream(e.registry, up.URL)
+	for _, p := range []string{
+		"com/internal/glpat-" + secret + "/a/1.0/a-1.0.jar",      // an event of its own
+		"com/internal/a/1.0/a-1.0.jar&private_token=" + secret,   // an event of its own
+		"com/internal/b/1.0/b-1.0.jar%26job_token%3D" + secret,   // aggregated: the caller's budget is spent
+		"com/internal/rdpat-" + secret + "/c/1.0/c-1.0.jar.sha1", // aggregated, a checksum of its file
+	} {
+		e.askAs(e.registry, "Private-Token", rootToken, p).expect(t, 403)
+	}
+	e.srv.audit.stopDrain()
+	evs := e.auditEvents()
+	if tally := tallyByAuthor(evs)["Administrator"]; tally != (auditTally{2, 1, 2}) {
+		t.Fatalf("events %+v, want 2 of their own and an aggregate of 2", tally)
+	}
+	upURL := strings.TrimSuffix(up.URL, "/")
+	for _, ev := range evs {
+		if dump := fmt.Sprintf("%+v", ev); strings.Contains(dump, secret) || strings.Contains(dump, secret[:8]) {
+			t.Fatalf("a stored event carries the token: %s", dump)
+		}
+		if ev.Count == 0 {
+			if !strings.HasPrefix(ev.TargetDetails, upURL+"/com/internal/") || !strings.Contains(ev.TargetDetails, redact.Mark) {
+				t.Errorf("target_details %q", ev.TargetDetails)
+			}
+			continue
+		}
+		if ev.FirstDetails != upURL+"/com/internal/b/1.0/b-1.0.jar&job_token="+redact.Mark ||
+			ev.LastDetails != upURL+"/com/internal/"+redact.Mark+"/c/1.0/c-1.0.jar" ||
+			strings.Count(ev.Message, redact.Mark) != 2 {
+			t.Errorf("aggregate: %q, %q, %q", ev.FirstDetails, ev.LastDetails, ev.Message)
+		}
+	}
+	// The rule quotes the group id, whose segment held the token.
+	if want := `matches group_id "com.internal.` + redact.Mark + `"`; !strings.Contains(evs[0].Message, want) {
+		t.Errorf("message %q, want it to hold %q", evs[0].Message, want)
 	}
 }
 

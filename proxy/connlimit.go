@@ -28,10 +28,11 @@ import (
 // limit cannot take the rest (40 addresses at 256 used to take all 8,192),
 // and a client that holds few connections always gets in while any is free.
 //
-// A client is an IPv4 address, or an IPv6 /64: a host is given a whole /64
-// and picks any address in it, so counting IPv6 addresses one by one would
-// give one host 2^64 clients' worth of connections. An IPv4-mapped IPv6 peer
-// (a dual-stack listener) is the IPv4 client it is.
+// A client is an IPv4 address, or an IPv6 /64 (clientOf, clientkey.go): a
+// host is given a whole /64 and picks any address in it, so counting IPv6
+// addresses one by one would give one host 2^64 clients' worth of
+// connections. An IPv4-mapped IPv6 peer (a dual-stack listener) is the IPv4
+// client it is.
 //
 // It wraps the listener rather than using fasthttp's MaxConnsPerIP, which
 // counts IPv4 peers only (every IPv6 client would be unlimited) and has no
@@ -75,8 +76,6 @@ const (
 	// threads), and enough that filling the listener takes
 	// proxy.concurrency / fairFloor clients (1,024 with the defaults).
 	fairFloor = 8
-	// ipv6ClientBits is the prefix of an IPv6 client.
-	ipv6ClientBits = 64
 	// refuseWriteTimeout bounds writing the 429 of a refused connection.
 	// The write happens in fasthttp's accept loop; a fresh socket's empty
 	// send buffer takes the few bytes at once, the deadline only makes
@@ -159,40 +158,6 @@ func (l *connLimiter) acceptExhausted(err error, retry time.Duration) {
 			"(raise the open files limit above proxy.concurrency, see docs/operations.md)",
 			"err", err, "retry_in", retry)
 	}
-}
-
-// clientAddr is the client of a connection: the peer's IP without port and
-// zone, an IPv4-mapped IPv6 address as the IPv4 address it is (a dual-stack
-// listener sees IPv4 clients that way). Invalid when the peer is no IP.
-func clientAddr(a net.Addr) netip.Addr {
-	var ip netip.Addr
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		if a == nil {
-			return netip.Addr{}
-		}
-		ap, err := netip.ParseAddrPort(a.String())
-		if err != nil {
-			return netip.Addr{}
-		}
-		ip = ap.Addr()
-	}
-	return ip.Unmap().WithZone("")
-}
-
-// clientOf is the client an address belongs to: the IPv4 address (/32),
-// or the /64 of an IPv6 one. Invalid for an invalid address.
-func clientOf(a netip.Addr) netip.Prefix {
-	if !a.IsValid() {
-		return netip.Prefix{}
-	}
-	if a.Is4() {
-		return netip.PrefixFrom(a, 32)
-	}
-	p, _ := a.Prefix(ipv6ClientBits)
-	return p
 }
 
 // clientName is how a log line names a client: an IPv4 address as such, an

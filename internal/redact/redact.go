@@ -9,7 +9,8 @@
 //   - the value after a key whose name ends in "token" or "password"
 //     (private_token, job_token, access_token, deploy_token, Private-Token,
 //     ...) followed by '=' or ':', up to the next delimiter;
-//   - a run that starts, at a delimiter, with the prefix of a token
+//   - a run that starts, at a delimiter or a '.' (a Maven group id joins
+//     its path segments with dots), with the prefix of a token
 //     registryd issues (rdpat-, rddt-) or of a GitLab token (glpat-, gldt-,
 //     ...), which a client of GitLab may hand registryd.
 //
@@ -166,12 +167,18 @@ func decode(s string) (d []byte, start, end []int) {
 	return d, start, end
 }
 
+// startsAfter reports whether a key or a token may start after c: a
+// delimiter, or '.', which joins the segments of a Maven group id
+// ("com.acme.glpat-..." is the path "com/acme/glpat-..." as a coordinate).
+// A '.' does not end a value: tokens may hold dots.
+func startsAfter(c byte) bool { return delimiter(c) || c == '.' }
+
 // keyAt is the length of a credential key and its '=' or ':' (spaces
 // allowed before it) starting at d[i] (lower case), or 0. A key is a run of
-// letters, digits, '_' and '-' that starts at a delimiter (or where the text
-// starts) and ends in one of keySuffixes.
+// letters, digits, '_' and '-' that starts at a delimiter or '.' (or where
+// the text starts) and ends in one of keySuffixes.
 func keyAt(d []byte, i int) int {
-	if i > 0 && !delimiter(d[i-1]) && d[i-1] != '=' {
+	if i > 0 && !startsAfter(d[i-1]) && d[i-1] != '=' {
 		return 0
 	}
 	j := i
@@ -194,10 +201,10 @@ func keyAt(d []byte, i int) int {
 	return 0
 }
 
-// prefixAt is the length of a token prefix at d[i] (lower case), at a
-// delimiter or where the text starts, or 0.
+// prefixAt is the length of a token prefix at d[i] (lower case), after a
+// delimiter or '.' or where the text starts, or 0.
 func prefixAt(d []byte, i int) int {
-	if i > 0 && !delimiter(d[i-1]) && d[i-1] != '=' && d[i-1] != ':' {
+	if i > 0 && !startsAfter(d[i-1]) && d[i-1] != '=' && d[i-1] != ':' {
 		return 0
 	}
 	for _, p := range prefixes {

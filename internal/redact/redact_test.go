@@ -54,6 +54,16 @@ func TestTextRedactsEveryForm(t *testing.T) {
 	if got, want := Text("/a%3Fprivate_token%3D"+secret+"%26x=1"), "/a%3Fprivate_token%3D[redacted]%26x=1"; got != want {
 		t.Errorf("Text = %q, want %q", got, want)
 	}
+	// A segment of a dotted Maven group id starts a token or a key too; a
+	// dot does not end the value (tokens may hold dots).
+	for in, want := range map[string]string{
+		`group_id "com.internal.glpat-` + secret + `.01.x"`: `group_id "com.internal.[redacted]"`,
+		"com.internal.private_token=" + secret + "&x":       "com.internal.private_token=[redacted]&x",
+	} {
+		if got := Text(in); got != want {
+			t.Errorf("Text(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 // What holds no credential comes back as it is, without an allocation.
@@ -64,6 +74,7 @@ func TestTextLeavesOthersAlone(t *testing.T) {
 		"org/example/a%20b/1/x.jar",
 		"upstream 3: answered 404 Not Found",
 		"com/birddt-x/a/1/a-1.jar", // a prefix inside a word
+		"com.birddt-x.tokens",      // and in a dotted group id
 		"",
 	} {
 		if got := Text(s); got != s {
