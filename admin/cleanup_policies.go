@@ -226,7 +226,8 @@ func (s *Server) deleteCleanupPolicy(w http.ResponseWriter, r *http.Request) err
 var errCleanupUnavailable = message(http.StatusServiceUnavailable, "503 Service Unavailable - cleanup policy runs are not available")
 
 // runCleanupPolicy starts a run at once (registryd's own): 202 with the
-// policy, "running"; 409 when it is running already.
+// policy, "running"; 409 when it is running already; 429 with Retry-After
+// when the last run started less than cleanup.run_now_interval ago.
 func (s *Server) runCleanupPolicy(w http.ResponseWriter, r *http.Request) error {
 	g, p, err := s.cleanupGroup(r)
 	if err != nil {
@@ -236,7 +237,7 @@ func (s *Server) runCleanupPolicy(w http.ResponseWriter, r *http.Request) error 
 		return errCleanupUnavailable
 	}
 	c, err := s.cleanup.RunNow(g.ID, p.UserID(), p.User.Name)
-	if err != nil { // store.ErrCleanupRunning is a conflict: 409
+	if err != nil { // store.ErrCleanupRunning: 409; *store.CleanupTooSoonError: 429
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, cleanupPolicyJSON(c))

@@ -241,6 +241,62 @@ func TestCleanupPolicyRunNowAnswers(t *testing.T) {
 	wantBody(t, e.send(http.MethodGet, path, "owner", ""), http.StatusMethodNotAllowed, `{"error":"405 Not Allowed"}`)
 }
 
+// TestCleanupPolicyRunNowInterval: with the real scheduler and the default
+// cleanup.run_now_interval (1m), a run now while a run goes on is 409; one
+// right after the run ended is 429 with Retry-After (whole seconds, rounded
+// up) and GitLab's message form; once the interval since the last run's
+// start has passed, 202.
+func TestCleanupPolicyRunNowInterval(t *testing.T) {
+	e := newCacheEntryEnv(t, nil)
+	e.send(http.MethodPost, e.acmePath(), "owner", "").want(t, http.StatusCreated)
+	cfg := config.Default().Cleanup
+	if cfg.RunNowInterval != time.Minute {
+		t.Fatalf("default run_now_interval %s", cfg.RunNowInterval)
+	}
+	hold := make(chan struct{})
+	sch, err := cleanup.New(cleanup.Options{Store: e.st, Config: cfg, Now: e.clock.Now, Rest: -1,
+		BeforeRun: func() error { <-hold; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Stop()
+	e.srv.cleanup = sch
+	path := e.acmePath() + "/run"
+	e.send(http.MethodPost, path, "owner", "").want(t, http.StatusAccepted)
+	wantBody(t, e.send(http.MethodPost, path, "owner", ""), http.StatusConflict,
+		`{"message":"409 Conflict: the cleanup policy is running"}`)
+	close(hold)
+	sch.Wait()
+
+	tooSoon := func(retry string) {
+		t.Helper()
+		r := e.send(http.MethodPost, path, "owner", "")
+		wantBody(t, r, http.StatusTooManyRequests, `{"message":"429 Too Many Requests - the cleanup policy's last run `+
+			`started less than 1m ago; retry after `+retry+` seconds"}`)
+		if got := r.header.Get("Retry-After"); got != retry {
+			t.Fatalf("Retry-After %q, want %q", got, retry)
+		}
+		if ct := r.header.Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("Content-Type %q", ct)
+		}
+	}
+	tooSoon("60")
+	e.clock.Advance(30*time.Second + 500*time.Millisecond)
+	tooSoon("30") // 29.5s left, rounded up
+	e.clock.Advance(29*time.Second + 499*time.Millisecond)
+	tooSoon("1") // 1ms left
+	if m := object(t, e.send(http.MethodGet, e.acmePath(), "owner", "").want(t, http.StatusOK)); m["status"] != "scheduled" {
+		t.Fatalf("refused runs changed the policy: %v", m)
+	}
+	e.clock.Advance(time.Millisecond)
+	m := object(t, e.send(http.MethodPost, path, "owner", "").want(t, http.StatusAccepted))
+	if m["status"] != "running" {
+		t.Fatalf("run now after the interval: %v", m)
+	}
+	sch.Wait()
+	tooSoon("60")
+}
+
 // TestCleanupPolicyDryRunAndRunNow: the dry run lists what a run would
 // delete; a run now (the real scheduler) deletes exactly that.
 func TestCleanupPolicyDryRunAndRunNow(t *testing.T) {

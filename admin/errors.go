@@ -5,6 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"registryd/activity"
 	"registryd/sbom"
@@ -15,6 +18,8 @@ import (
 type httpError struct {
 	status int
 	body   any
+	// header, when set, is added to the answer (a 429's Retry-After).
+	header http.Header
 }
 
 func (e *httpError) Error() string {
@@ -76,6 +81,7 @@ func toHTTP(err error) *httpError {
 	var mbe *http.MaxBytesError
 	var sbe *sbom.Error
 	var ae *activity.Error
+	var tse *store.CleanupTooSoonError
 	switch {
 	case errors.As(err, &he):
 		return he
@@ -102,6 +108,8 @@ func toHTTP(err error) *httpError {
 		return message(http.StatusPreconditionFailed, "412 Precondition Failed")
 	case errors.As(err, &ce):
 		return message(http.StatusConflict, ce.Reason)
+	case errors.As(err, &tse):
+		return cleanupTooSoon(tse)
 	case errors.As(err, &nf):
 		if namedNotFound[nf.Resource] {
 			return message(http.StatusNotFound, "404 "+nf.Resource+" Not Found")
@@ -109,6 +117,29 @@ func toHTTP(err error) *httpError {
 		return errRecordMissing
 	}
 	return nil
+}
+
+// cleanupTooSoon answers a run now within cleanup.run_now_interval of the
+// last run's start: 429 with Retry-After in whole seconds, rounded up.
+func cleanupTooSoon(e *store.CleanupTooSoonError) *httpError {
+	secs := strconv.FormatInt(int64(max((e.RetryAfter+time.Second-1)/time.Second, 1)), 10)
+	he := message(http.StatusTooManyRequests, "429 Too Many Requests - the cleanup policy's last run started less than "+
+		shortDuration(e.Interval)+" ago; retry after "+secs+" seconds")
+	he.header = http.Header{"Retry-After": {secs}}
+	return he
+}
+
+// shortDuration writes d as time.Duration does, without its zero minutes
+// and seconds: 1m, 1h, 1h30m, 90s as 1m30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // writeError answers err. An unexpected error is logged with the request id
@@ -120,6 +151,9 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		log.Error("request failed", "req_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"message": "500 Internal Server Error", "request_id": id})
 		return
+	}
+	for k, v := range he.header {
+		w.Header()[k] = v
 	}
 	writeJSON(w, he.status, he.body)
 }

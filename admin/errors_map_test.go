@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"registryd/activity"
 	"registryd/config"
@@ -52,6 +53,8 @@ func TestToHTTP(t *testing.T) {
 		{"index commit on a full volume", fmt.Errorf("store: %w", &fs.PathError{Op: "write", Path: "registry.db", Err: syscall.ENOSPC}),
 			507, `{"message":"507 Insufficient Storage - the data volume is full"}`},
 		{"quota", syscall.EDQUOT, 507, `{"message":"507 Insufficient Storage - the data volume is full"}`},
+		{"cleanup run now too soon", fmt.Errorf("x: %w", &store.CleanupTooSoonError{Interval: 90 * time.Second, RetryAfter: 1500 * time.Millisecond}),
+			429, `{"message":"429 Too Many Requests - the cleanup policy's last run started less than 1m30s ago; retry after 2 seconds"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +70,12 @@ func TestToHTTP(t *testing.T) {
 				t.Fatalf("%d %s, want %d %s", he.status, raw, tc.status, tc.body)
 			}
 		})
+	}
+	if he := toHTTP(&store.CleanupTooSoonError{Interval: time.Hour, RetryAfter: time.Millisecond}); he.header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After of 1ms: %q", he.header.Get("Retry-After"))
+	}
+	if got := shortDuration(time.Hour); got != "1h" {
+		t.Fatalf("shortDuration(1h) = %q", got)
 	}
 	if he := toHTTP(errors.New("disk on fire")); he != nil {
 		t.Fatalf("an unexpected error mapped to %d", he.status)

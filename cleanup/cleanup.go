@@ -35,6 +35,7 @@ type Store interface {
 	CleanupRunBatch(group int64, limit int) (store.CleanupBatch, error)
 	FinishCleanupRun(group int64, failure string) (store.CleanupPolicy, store.CleanupRun, error)
 	Group(id int64) (store.Group, error)
+	CleanupPolicy(group int64) (store.CleanupPolicy, error)
 	RecordAudit(evs ...store.AuditEvent) ([]store.AuditEvent, error)
 	// TryLease takes a cluster-wide lease (store.Store.TryLease): the
 	// check runs once per cluster, and a group's run on one node at a time.
@@ -295,7 +296,13 @@ func (s *Scheduler) Tick() {
 // RunNow starts a run of the group's policy at once, whatever its schedule
 // and its enabled switch, and returns the policy as the run starts
 // (status "running"); the run goes on in the background. A policy that is
-// running gets store.ErrCleanupRunning; no policy, a not-found error.
+// running gets store.ErrCleanupRunning; then, with cleanup.run_now_interval
+// set, a policy whose last run (scheduled or manual) started less than that
+// ago gets a *store.CleanupTooSoonError; no policy, a not-found error.
+//
+// The interval counts from the start recorded in the index, so it holds
+// across restarts and for every node of a cluster. A refusal costs one read
+// of the index: no cluster lease, no write.
 func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.CleanupPolicy, error) {
 	s.mu.Lock()
 	if s.stopped {
@@ -309,6 +316,11 @@ func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.Clea
 	s.active[group] = true
 	s.runs.Add(1)
 	s.mu.Unlock()
+	if err := s.runNowAllowed(group); err != nil {
+		s.release(group)
+		s.runs.Done()
+		return store.CleanupPolicy{}, err
+	}
 	// Another node's run of the policy (its scheduler's, or an admin's
 	// there) holds the group's cluster-wide claim.
 	if ok, err := s.claimCluster(group); !ok {
@@ -318,7 +330,10 @@ func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.Clea
 		}
 		return store.CleanupPolicy{}, store.ErrCleanupRunning
 	}
-	p, err := s.st.StartCleanupRun(group, store.CleanupStart{AuthorID: authorID, AuthorName: authorName})
+	// The store checks the interval again, in the transaction that starts
+	// the run: two nodes asked at once start one run.
+	p, err := s.st.StartCleanupRun(group, store.CleanupStart{AuthorID: authorID, AuthorName: authorName,
+		MinInterval: s.cfg.RunNowInterval})
 	if err != nil {
 		s.release(group)
 		s.runs.Done()
@@ -329,6 +344,24 @@ func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.Clea
 		s.execute(p)
 	}()
 	return p, nil
+}
+
+// runNowAllowed is RunNow's first look at the policy, before it takes the
+// group's cluster lease: a running policy is store.ErrCleanupRunning, one
+// whose last run started within cleanup.run_now_interval a
+// *store.CleanupTooSoonError. Without an interval it reads nothing.
+func (s *Scheduler) runNowAllowed(group int64) error {
+	if s.cfg.RunNowInterval <= 0 {
+		return nil
+	}
+	p, err := s.st.CleanupPolicy(group)
+	if err != nil {
+		return err
+	}
+	if p.Status == store.CleanupRunning {
+		return store.ErrCleanupRunning
+	}
+	return p.TooSoon(s.now(), s.cfg.RunNowInterval)
 }
 
 // execute carries out the started run of p and releases its claim.

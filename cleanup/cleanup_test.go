@@ -1,6 +1,7 @@
 package cleanup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -497,6 +498,75 @@ func TestRunNow(t *testing.T) {
 	p = must[store.CleanupPolicy](t)(e.st.CleanupPolicy(e.acme.ID))
 	if p.Status != store.CleanupScheduled || p.Enabled || p.LastRunDeletedEntriesCount != 12 {
 		t.Fatalf("after RunNow: %+v", p)
+	}
+}
+
+// countingStore counts the cluster leases asked for and the runs started.
+type countingStore struct {
+	*store.Store
+	leases, starts atomic.Int32
+}
+
+func (c *countingStore) TryLease(ctx context.Context, key string) (func(), bool, error) {
+	c.leases.Add(1)
+	return c.Store.TryLease(ctx, key)
+}
+
+func (c *countingStore) StartCleanupRun(group int64, how store.CleanupStart) (store.CleanupPolicy, error) {
+	c.starts.Add(1)
+	return c.Store.StartCleanupRun(group, how)
+}
+
+// TestRunNowInterval: with cleanup.run_now_interval, a run now within the
+// interval of the last run's start is refused with the time left (after
+// "running", which comes first), costing no lease and no write; once the
+// interval has passed it starts. A scheduled run counts as a last run.
+func TestRunNowInterval(t *testing.T) {
+	e := newEnv(t, 6)
+	must[store.CleanupPolicy](t)(e.st.CreateCleanupPolicy(e.acme.ID, store.CleanupPolicyPatch{Enabled: ptr(true)}))
+	e.clock.Advance(20 * day)
+	cs := &countingStore{Store: e.st}
+	s := e.scheduler(100, cs)
+	s.cfg.RunNowInterval = time.Minute
+	hold := make(chan struct{})
+	s.beforeRun = func() error { <-hold; return nil }
+	must[store.CleanupPolicy](t)(s.RunNow(e.acme.ID, 1, "Administrator"))
+	if _, err := s.RunNow(e.acme.ID, 1, "Administrator"); !errors.Is(err, store.ErrCleanupRunning) {
+		t.Fatalf("RunNow while running, within the interval: %v", err)
+	}
+	close(hold)
+	s.Wait()
+
+	var tse *store.CleanupTooSoonError
+	leases, starts := cs.leases.Load(), cs.starts.Load()
+	e.clock.Advance(59 * time.Second)
+	if _, err := s.RunNow(e.acme.ID, 1, "Administrator"); !errors.As(err, &tse) ||
+		tse.RetryAfter != time.Second || tse.Interval != time.Minute {
+		t.Fatalf("RunNow 59s after the last start: %v", err)
+	}
+	if cs.leases.Load() != leases || cs.starts.Load() != starts {
+		t.Fatal("a refused RunNow took a lease or tried to start a run")
+	}
+	if len(e.audit(e.acme.ID)) != 1 {
+		t.Fatal("a refused RunNow was audited")
+	}
+	// Refused, it claimed nothing: the next one, a second later, starts.
+	e.clock.Advance(time.Second)
+	if p, err := s.RunNow(e.acme.ID, 1, "Administrator"); err != nil || p.Status != store.CleanupRunning {
+		t.Fatalf("RunNow once the interval passed: %+v, %v", p, err)
+	}
+	s.Wait()
+
+	// A scheduled run is not held back by the interval, and counts as the
+	// last run for the next run now.
+	e.clock.Advance(7*day + time.Second)
+	s.Tick()
+	p := must[store.CleanupPolicy](t)(e.st.CleanupPolicy(e.acme.ID))
+	if p.LastRunStartedAt == nil || !p.LastRunStartedAt.Equal(e.clock.Now()) || len(e.audit(e.acme.ID)) != 3 {
+		t.Fatalf("the scheduled run did not run: %+v", p)
+	}
+	if _, err := s.RunNow(e.acme.ID, 1, "Administrator"); !errors.As(err, &tse) || tse.RetryAfter != time.Minute {
+		t.Fatalf("RunNow right after a scheduled run: %v", err)
 	}
 }
 

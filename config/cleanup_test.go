@@ -9,12 +9,18 @@ import (
 
 func TestCleanupSettings(t *testing.T) {
 	d := Default().Cleanup
-	if d.CheckInterval != time.Minute || d.BatchSize != 500 {
+	if d.CheckInterval != time.Minute || d.BatchSize != 500 || d.RunNowInterval != time.Minute {
 		t.Fatalf("defaults %+v", d)
 	}
-	cfg, err := Load("", []string{"REGISTRYD_CLEANUP_CHECK_INTERVAL=30s", "REGISTRYD_CLEANUP_BATCH_SIZE=100"})
-	if err != nil || cfg.Cleanup.CheckInterval != 30*time.Second || cfg.Cleanup.BatchSize != 100 {
+	cfg, err := Load("", []string{"REGISTRYD_CLEANUP_CHECK_INTERVAL=30s", "REGISTRYD_CLEANUP_BATCH_SIZE=100",
+		"REGISTRYD_CLEANUP_RUN_NOW_INTERVAL=5m"})
+	if err != nil || cfg.Cleanup.CheckInterval != 30*time.Second || cfg.Cleanup.BatchSize != 100 ||
+		cfg.Cleanup.RunNowInterval != 5*time.Minute {
 		t.Fatalf("env: %+v, %v", cfg.Cleanup, err)
+	}
+	// 0 turns the minimum interval between run nows off.
+	if cfg, err := Load("", []string{"REGISTRYD_CLEANUP_RUN_NOW_INTERVAL=0"}); err != nil || cfg.Cleanup.RunNowInterval != 0 {
+		t.Fatalf("run_now_interval 0: %+v, %v", cfg.Cleanup, err)
 	}
 	for _, tc := range []struct {
 		env  string
@@ -24,6 +30,10 @@ func TestCleanupSettings(t *testing.T) {
 		{"REGISTRYD_CLEANUP_CHECK_INTERVAL=500ms", "must be at least 1s, got 500ms"},
 		{"REGISTRYD_CLEANUP_BATCH_SIZE=0", "cleanup.batch_size (REGISTRYD_CLEANUP_BATCH_SIZE) must be between 1 and 10000, got 0"},
 		{"REGISTRYD_CLEANUP_BATCH_SIZE=10001", "must be between 1 and 10000, got 10001"},
+		{"REGISTRYD_CLEANUP_RUN_NOW_INTERVAL=-1s",
+			"cleanup.run_now_interval (REGISTRYD_CLEANUP_RUN_NOW_INTERVAL) must be 0 (off) or at least 1s, got -1s"},
+		{"REGISTRYD_CLEANUP_RUN_NOW_INTERVAL=500ms", "must be 0 (off) or at least 1s, got 500ms"},
+		{"REGISTRYD_CLEANUP_RUN_NOW_INTERVAL=soon", "REGISTRYD_CLEANUP_RUN_NOW_INTERVAL"},
 	} {
 		_, err := Load("", []string{tc.env})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

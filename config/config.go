@@ -335,6 +335,12 @@ type Cleanup struct {
 	// each batch for as long as the batch took, so hits and fills keep the
 	// database. Default 500.
 	BatchSize int `yaml:"batch_size"`
+	// RunNowInterval is the shortest time between the start of a group's
+	// last run (scheduled or manual) and a run now: one asked for sooner
+	// gets 429 with Retry-After. It counts from the start recorded in the
+	// index, so it holds across restarts and nodes. 0 turns it off;
+	// otherwise at least 1s. Default 1m.
+	RunNowInterval time.Duration `yaml:"run_now_interval"`
 }
 
 // Audit bounds the audit events registryd writes (docs/operations.md,
@@ -482,7 +488,7 @@ func Default() Config {
 			MaxMergingBytes:  64 * MiB,
 			MergeWait:        2 * time.Second,
 		},
-		Cleanup: Cleanup{CheckInterval: time.Minute, BatchSize: 500},
+		Cleanup: Cleanup{CheckInterval: time.Minute, BatchSize: 500, RunNowInterval: time.Minute},
 		Audit: Audit{Retention: 3 * 365 * 24 * time.Hour, CallerDenialsPerMinute: 30, RegistryDenialsPerMinute: 300,
 			AggregateInterval: time.Minute},
 		Shutdown:   Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
@@ -686,6 +692,9 @@ func (c Config) Validate() error {
 	}
 	if c.Cleanup.BatchSize < 1 || c.Cleanup.BatchSize > 10000 {
 		add("cleanup.batch_size (REGISTRYD_CLEANUP_BATCH_SIZE) must be between 1 and 10000, got %d", c.Cleanup.BatchSize)
+	}
+	if r := c.Cleanup.RunNowInterval; r < 0 || (r > 0 && r < time.Second) {
+		add("cleanup.run_now_interval (REGISTRYD_CLEANUP_RUN_NOW_INTERVAL) must be 0 (off) or at least 1s, got %s", r)
 	}
 	c.validateAudit(add)
 	for _, src := range c.Advisories.AdvisorySources() {

@@ -146,6 +146,20 @@ func TestCleanupPolicyRunNow(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition
 	}
+	// Another run now so soon (cleanup.run_now_interval, 1m from the last
+	// run's start) is refused, with the seconds to wait. Until the run has
+	// written its audit event, which comes after its end in the policy, it
+	// is still running here: 409.
+	var again *Resp
+	eventually(t, 30*time.Second, "the run released", func() bool {
+		again = d.Do("POST", policyPath+"/run", rootToken, nil)
+		return again.Status != 409
+	})
+	again.Expect(t, 429)
+	if ra := again.Header.Get("Retry-After"); ra == "" || ra == "0" ||
+		!strings.HasPrefix(string(again.Body), `{"message":"429 Too Many Requests - the cleanup policy's last run started less than 1m ago; retry after `+ra+` seconds"}`) {
+		t.Fatalf("second run now: %s (Retry-After %q)", again.Body, ra)
+	}
 	if p["status"] != "scheduled" || p["last_run_deleted_entries_count"] != float64(2) ||
 		p["last_run_deleted_size"] != float64(wantSize) || p["failure_message"] != nil {
 		t.Fatalf("after the run: %v", p)

@@ -73,6 +73,10 @@ type CleanupPolicy struct {
 	FailureMessage             string                    `json:"failure_message,omitempty"`
 	CreatedAt                  time.Time                 `json:"created_at"`
 	UpdatedAt                  time.Time                 `json:"updated_at"`
+	// LastRunStartedAt is when the run that ended at LastRunAt started.
+	// Internal, as Run: the API does not show it; the minimum interval
+	// between manual runs (CleanupStart.MinInterval) counts from it.
+	LastRunStartedAt *time.Time `json:"last_run_started_at,omitempty"`
 	// Run is the run in progress (Status running), nil otherwise. Internal
 	// to the store and the scheduler; the API does not show it.
 	Run *CleanupRun `json:"run,omitempty"`
@@ -104,6 +108,34 @@ type CleanupRun struct {
 // runnable_schedules (enabled, scheduled or failed, next_run_at before now).
 func (p CleanupPolicy) Runnable(now time.Time) bool {
 	return p.Enabled && p.Status != CleanupRunning && p.NextRunAt.Before(now)
+}
+
+// LastRunStart is when the policy's last run started: the run in
+// progress's start, else the last ended run's (LastRunStartedAt; for a run
+// that ended before registryd recorded starts, LastRunAt, its end). Zero
+// when the policy never ran.
+func (p CleanupPolicy) LastRunStart() time.Time {
+	switch {
+	case p.Run != nil:
+		return p.Run.StartedAt
+	case p.LastRunStartedAt != nil:
+		return *p.LastRunStartedAt
+	case p.LastRunAt != nil:
+		return *p.LastRunAt
+	}
+	return time.Time{}
+}
+
+// RunNowWait is how long, at now, a manual run of the policy must still
+// wait when manual runs are at least interval apart, counted from the last
+// run's start (LastRunStart): 0 when it may start. It is at most interval,
+// even when the last start is after now (a clock set back).
+func (p CleanupPolicy) RunNowWait(now time.Time, interval time.Duration) time.Duration {
+	last := p.LastRunStart()
+	if interval <= 0 || last.IsZero() {
+		return 0
+	}
+	return min(max(last.Add(interval).Sub(now), 0), interval)
 }
 
 // CleanupPolicyPatch is the input of CreateCleanupPolicy (nil fields take

@@ -148,6 +148,69 @@ func TestCleanupRunStartModes(t *testing.T) {
 	}
 }
 
+// TestCleanupRunNowMinInterval: a manual run within MinInterval of the last
+// run's start (any run's, as recorded by FinishCleanupRun) is refused with
+// how long to wait; a running policy is still a conflict first; scheduled
+// and resumed runs ignore the interval.
+func TestCleanupRunNowMinInterval(t *testing.T) {
+	s, clock := openTest(t)
+	g := topGroup(t, s, "acme")
+	ok(s.CreateCleanupPolicy(g.ID, CleanupPolicyPatch{Enabled: ptr(true), Cadence: ptr(1)}))(t)
+	manual := CleanupStart{AuthorID: 1, AuthorName: "root", MinInterval: time.Minute}
+	// Never ran: nothing to wait for.
+	c := ok(s.StartCleanupRun(g.ID, manual))(t)
+	started := c.Run.StartedAt
+	if _, err := s.StartCleanupRun(g.ID, manual); !errors.Is(err, ErrCleanupRunning) {
+		t.Fatalf("manual run while running: %v", err)
+	}
+	clock.Advance(20 * time.Second) // the run took 20s
+	c, _ = ok3(s.FinishCleanupRun(g.ID, ""))(t)
+	if c.LastRunStartedAt == nil || !c.LastRunStartedAt.Equal(started) || !c.LastRunStart().Equal(started) {
+		t.Fatalf("last run start %v, want %v", c.LastRunStartedAt, started)
+	}
+	var tse *CleanupTooSoonError
+	if _, err := s.StartCleanupRun(g.ID, manual); !errors.As(err, &tse) || tse.RetryAfter != 40*time.Second ||
+		tse.Interval != time.Minute {
+		t.Fatalf("manual run 20s after the start: %v", err)
+	}
+	if got := ok(s.CleanupPolicy(g.ID))(t); got.Status != CleanupScheduled || got.Run != nil {
+		t.Fatalf("a refused run changed the policy: %+v", got)
+	}
+	// Without a minimum, or once it has passed (counted from the start,
+	// not the end), the run starts.
+	clock.Advance(40*time.Second - time.Millisecond)
+	if _, err := s.StartCleanupRun(g.ID, manual); !errors.As(err, &tse) || tse.RetryAfter != time.Millisecond {
+		t.Fatalf("manual run 1ms early: %v", err)
+	}
+	clock.Advance(time.Millisecond)
+	ok(s.StartCleanupRun(g.ID, manual))(t)
+	ok3(s.FinishCleanupRun(g.ID, ""))(t)
+	ok(s.StartCleanupRun(g.ID, CleanupStart{AuthorID: 1, MinInterval: 0}))(t)
+	ok3(s.FinishCleanupRun(g.ID, ""))(t)
+
+	// A scheduled run ignores it, and counts as the last run.
+	clock.Advance(day + time.Second)
+	ok(s.StartCleanupRun(g.ID, CleanupStart{Due: true, MinInterval: time.Hour}))(t)
+	ok3(s.FinishCleanupRun(g.ID, ""))(t)
+	if _, err := s.StartCleanupRun(g.ID, manual); !errors.As(err, &tse) || tse.RetryAfter != time.Minute {
+		t.Fatalf("manual run right after a scheduled one: %v", err)
+	}
+
+	// A policy whose last run ended before starts were recorded counts
+	// from that end; a start after now (a clock set back) waits at most
+	// the interval.
+	p := CleanupPolicy{LastRunAt: ptr(clock.Now())}
+	if got := p.RunNowWait(clock.Now().Add(10*time.Second), time.Minute); got != 50*time.Second {
+		t.Fatalf("wait from last_run_at %v", got)
+	}
+	if got := p.RunNowWait(clock.Now().Add(-time.Hour), time.Minute); got != time.Minute {
+		t.Fatalf("wait with the clock set back %v", got)
+	}
+	if got := (CleanupPolicy{}).RunNowWait(clock.Now(), time.Minute); got != 0 {
+		t.Fatalf("never ran: wait %v", got)
+	}
+}
+
 func ok3[A, B any](a A, b B, err error) func(testing.TB) (A, B) {
 	return func(t testing.TB) (A, B) {
 		t.Helper()

@@ -35,12 +35,40 @@ type CleanupStart struct {
 	// not running, enabled or not.
 	AuthorID   int64
 	AuthorName string
+	// MinInterval, for a manual run: refuse it (*CleanupTooSoonError)
+	// when the policy's last run, scheduled or manual, started less than
+	// MinInterval ago. 0: no minimum.
+	MinInterval time.Duration
+}
+
+// CleanupTooSoonError refuses a manual run (run now) that comes less than
+// CleanupStart.MinInterval after the start of the policy's last run.
+type CleanupTooSoonError struct {
+	// Interval is the minimum interval; RetryAfter how long until a run
+	// would be accepted (more than 0, at most Interval).
+	Interval   time.Duration
+	RetryAfter time.Duration
+}
+
+func (e *CleanupTooSoonError) Error() string {
+	return "the cleanup policy's last run started less than " + e.Interval.String() +
+		" ago; a run may start in " + e.RetryAfter.String()
+}
+
+// TooSoon returns the error that refuses a manual run of p at now, or nil
+// when its last run started at least interval before (see RunNowWait).
+func (p CleanupPolicy) TooSoon(now time.Time, interval time.Duration) error {
+	if wait := p.RunNowWait(now, interval); wait > 0 {
+		return &CleanupTooSoonError{Interval: interval, RetryAfter: wait}
+	}
+	return nil
 }
 
 // StartCleanupRun marks the policy running (without touching updated_at,
 // as GitLab's worker does) and returns it with its run state: the cutoff is
 // now minus keep_n_days_after_download. A running policy gets
-// ErrCleanupRunning, unless Resume.
+// ErrCleanupRunning, unless Resume; then a manual run within
+// how.MinInterval of the last run's start gets a *CleanupTooSoonError.
 func (s *Store) StartCleanupRun(group int64, how CleanupStart) (CleanupPolicy, error) {
 	var c CleanupPolicy
 	err := s.update(false, false, func(tx kv.Tx) error {
@@ -64,6 +92,10 @@ func (s *Store) StartCleanupRun(group int64, how CleanupStart) (CleanupPolicy, e
 			return ErrCleanupRunning
 		case how.Due && !c.Runnable(now):
 			return ErrCleanupNotDue
+		case !how.Due:
+			if err := c.TooSoon(now, how.MinInterval); err != nil {
+				return err
+			}
 		}
 		c.Status = CleanupRunning
 		c.Run = &CleanupRun{StartedAt: now, Cutoff: now.Add(-cadenceDays(c.KeepNDaysAfterDownload)),
@@ -239,6 +271,7 @@ func (s *Store) FinishCleanupRun(group int64, failure string) (CleanupPolicy, Cl
 		now := s.clock()
 		c.Run = nil
 		c.LastRunAt = &now
+		c.LastRunStartedAt = &run.StartedAt
 		c.NextRunAt = now.Add(cadenceDays(c.Cadence))
 		c.UpdatedAt = now
 		if failure == "" {
