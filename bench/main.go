@@ -89,7 +89,9 @@ type report struct {
 	Machine map[string]string `json:"machine"`
 	Tools   map[string]string `json:"tools"`
 	Skipped []string          `json:"skipped,omitempty"`
-	Figures []figure          `json:"figures"`
+	// Failed are the scenarios that ended with an error, and the error.
+	Failed  []string `json:"failed,omitempty"`
+	Figures []figure `json:"figures"`
 	// Soak is the soak's whole record: windows, purges, samples.
 	Soak *soak.Result `json:"soak,omitempty"`
 }
@@ -160,10 +162,15 @@ func run(o options) error {
 		defer b.origin.stop()
 		defer func() { b.reg.stop() }()
 	}
+	// A scenario that fails is reported and the others still run: one
+	// broken figure must not cost the whole run's.
+	var failed []string
 	for _, s := range selected {
 		fmt.Fprintf(os.Stderr, "bench: %s) %s\n", s.id, s.doc)
 		if err := s.fn(); err != nil {
-			return fmt.Errorf("scenario %s: %w", s.id, err)
+			fmt.Fprintf(os.Stderr, "bench: scenario %s failed: %v\n", s.id, err)
+			b.rep.Failed = append(b.rep.Failed, fmt.Sprintf("%s: %v", s.id, err))
+			failed = append(failed, s.id)
 		}
 	}
 	b.print()
@@ -171,7 +178,13 @@ func run(o options) error {
 		return err
 	}
 	raw, _ := json.MarshalIndent(b.rep, "", "  ")
-	return os.WriteFile(o.out, append(raw, '\n'), 0o644)
+	if err := os.WriteFile(o.out, append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("scenarios failed: %s", strings.Join(failed, ", "))
+	}
+	return nil
 }
 
 // startShared writes the origin files, starts the origin (nginx or a Go
@@ -277,6 +290,9 @@ func (b *bench) print() {
 	}
 	for _, s := range b.rep.Skipped {
 		fmt.Println("skipped:", s)
+	}
+	for _, s := range b.rep.Failed {
+		fmt.Println("FAILED:", s)
 	}
 }
 
