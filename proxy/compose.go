@@ -355,19 +355,30 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 		return true
 	}
 	if f.mem == nil && !f.pass.live.Load() {
-		e, err := f.awaitResult()
-		if err != nil {
-			// Stored nothing: broke, refused, or went uncached halfway
-			// (errNotCached), past the point where it could be read.
-			in.err = err
-			in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		// As awaitResult, but the hold is kept until the outcome is known:
+		// a body that was whole but not stored (cache.max_pending_stores
+		// turned its store away, or the disk filled at its store) is still
+		// in the flight's temp file, open while the flight is held, and is
+		// read from there below.
+		f.pass.passive.Add(1)
+		f.passReleased(false)
+		e, err := f.result()
+		f.pass.passive.Add(-1)
+		if !errors.Is(err, errNotCached) || f.pass.live.Load() || f.file == nil {
+			f.release()
+			if err != nil {
+				// Stored nothing: broke, refused, or went uncached halfway
+				// (errNotCached), past the point where it could be read.
+				in.err = err
+				in.until(now.Add(s.cfg.Metadata.PartialTTL))
+				return true
+			}
+			in.stored(e, s.blobs)
+			if up := in.up; up.metaValidity > 0 {
+				in.until(now.Add(up.metaValidity))
+			}
 			return true
 		}
-		in.stored(e, s.blobs)
-		if up := in.up; up.metaValidity > 0 {
-			in.until(now.Add(up.metaValidity))
-		}
-		return true
 	}
 	var body []byte
 	var err error

@@ -163,7 +163,13 @@ func (g *gates) preempt(gt *gate, victims []*slot) {
 	for len(victims) > 0 {
 		v := victims[0]
 		victims = victims[1:]
-		if v.take() {
+		// The slot may have been given back since it was picked (its
+		// fill's body ended): release cleared take, undid the
+		// preemption's count and granted the slot to the queue.
+		g.mu.Lock()
+		take := v.take
+		g.mu.Unlock()
+		if take == nil || take() {
 			continue
 		}
 		g.mu.Lock()
