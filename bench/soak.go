@@ -14,15 +14,17 @@ import (
 
 // soakOptions are the -soak-* flags.
 type soakOptions struct {
-	duration, window, purgeEvery time.Duration
-	adminEvery                   time.Duration
-	conns                        int
-	missShare, metaShare         float64
-	budget                       string
+	duration, settle, window time.Duration
+	purgeEvery               time.Duration
+	adminEvery               time.Duration
+	conns                    int
+	missShare, metaShare     float64
+	budget                   string
 }
 
 func (s *soakOptions) flags() {
 	flag.DurationVar(&s.duration, "soak-duration", 10*time.Minute, "soak: length of the load")
+	flag.DurationVar(&s.settle, "soak-settle", 0, "soak: start of the load left out of the RSS goal (the caches' ramp)")
 	flag.DurationVar(&s.window, "soak-window", time.Minute, "soak: reporting window")
 	flag.DurationVar(&s.purgeEvery, "soak-purge-every", time.Minute, "soak: interval of the registry purges")
 	flag.DurationVar(&s.adminEvery, "soak-admin-every", 250*time.Millisecond, "soak: interval of the admin writes")
@@ -56,7 +58,7 @@ func (b *bench) soak() error {
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench:   "+format+"\n", args...) }
 	res, err := soak.Run(soak.Config{
-		Duration: o.duration, Conns: o.conns, MissShare: o.missShare, MetaShare: o.metaShare,
+		Duration: o.duration, Settle: o.settle, Conns: o.conns, MissShare: o.missShare, MetaShare: o.metaShare,
 		Window: o.window, PurgeEvery: o.purgeEvery, AdminEvery: o.adminEvery,
 		Logf: logf,
 	}, soak.Target{Proxy: d.Proxy, Admin: d.Admin, RootToken: benchRootToken, PID: d.pid()})

@@ -75,6 +75,7 @@ const (
 	mInFlight    = "registryd_cache_fills_in_flight"
 	mEvictions   = "registryd_cache_evictions_total"
 	mGoroutines  = "go_goroutines"
+	mHeapInuse   = "go_memstats_heap_inuse_bytes"
 	mCountsQueue = "registryd_cache_download_counts_pending"
 	// mPendingStores is the gauge of fills whose entries wait to be
 	// stored (bounded by cache.max_pending_stores).
@@ -114,30 +115,48 @@ func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64
 	return out, sc.Err()
 }
 
-// RSS is the resident set size of process pid in bytes (0 when it cannot
-// be read), from /proc/pid/status.
-func RSS(pid int) int64 {
+// Memory is a process's resident memory in bytes, from /proc/pid/status:
+// RSS is all of it; Anon the process's own (heap, stacks), File the pages
+// of mapped files it touched (the index's mmap: page cache, which the
+// kernel takes back under pressure), Shmem shared memory.
+type Memory struct {
+	RSS, Anon, File, Shmem int64
+}
+
+// ReadMemory reads the memory of process pid (zeros when it cannot).
+func ReadMemory(pid int) Memory {
+	var m Memory
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return m
 	}
+	fields := map[string]*int64{"VmRSS:": &m.RSS, "RssAnon:": &m.Anon, "RssFile:": &m.File, "RssShmem:": &m.Shmem}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) >= 1 {
+		name, rest, ok := strings.Cut(line, "\t")
+		if !ok {
+			name, rest, ok = strings.Cut(line, " ")
+		}
+		if dst := fields[name]; ok && dst != nil {
+			if f := strings.Fields(rest); len(f) >= 1 {
 				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
+				*dst = kb << 10
 			}
 		}
 	}
-	return 0
+	return m
 }
+
+// RSS is the resident set size of process pid in bytes (0 when it cannot
+// be read).
+func RSS(pid int) int64 { return ReadMemory(pid).RSS }
 
 // sample is what the sampler saw at one second of the run.
 type sample struct {
 	At         time.Duration // since the load started
 	OK         bool          // the scrape answered
 	RSS        int64
+	Anon, File int64   // parts of RSS (Memory)
+	HeapInuse  float64 // go_memstats_heap_inuse_bytes
 	Pending    float64
 	Backlog    float64 // -1 when the daemon has no such gauge
 	Goroutines float64
