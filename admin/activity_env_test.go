@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/store"
 )
 
@@ -17,7 +18,7 @@ type actEnv struct {
 	t        *testing.T
 	st       *store.Store
 	srv      *Server
-	clock    *testClock
+	clock    *testclock.Clock
 	projects map[string]store.Project // "private", "internal", "public"
 	users    map[string]store.User    // role -> user
 	tokens   map[string]string        // role -> token value

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/store"
 )
 
@@ -21,7 +22,7 @@ type ceEnv struct {
 	t        *testing.T
 	st       *store.Store
 	srv      *Server
-	clock    *testClock
+	clock    *testclock.Clock
 	group    store.Group
 	registry store.Registry
 	upstream store.Upstream

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,41 +13,23 @@ import (
 	"registryd/advisories"
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/osv"
 	"registryd/store"
 )
 
-// testClock is a store clock the tests move by hand, so records get
-// distinct, known creation times.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // newTestServer is an admin Server on a real store in a temp dir, whose root
 // user signs in with rootToken. mutate, when not nil, adjusts the config.
-func newTestServer(t *testing.T, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testClock) {
+func newTestServer(t *testing.T, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testclock.Clock) {
 	t.Helper()
 	return newTestServerIn(t, t.TempDir(), rootToken, mutate)
 }
 
 // newTestServerIn is newTestServer on the database in dir, which may hold
 // one already.
-func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testClock) {
+func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testclock.Clock) {
 	t.Helper()
-	clock := &testClock{t: time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC)}
+	clock := testclock.New(time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC))
 	st, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now, Matcher: osv.Matcher{}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"registryd/activity"
+	"registryd/eventimport"
 	"registryd/sbom"
 	"registryd/store"
 )
@@ -80,7 +80,7 @@ func toHTTP(err error) *httpError {
 	var ce *store.ConflictError
 	var mbe *http.MaxBytesError
 	var sbe *sbom.Error
-	var ae *activity.Error
+	var ae *eventimport.Error
 	var tse *store.CleanupTooSoonError
 	switch {
 	case errors.As(err, &he):

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"registryd/activity"
 	"registryd/config"
+	"registryd/eventimport"
 	"registryd/sbom"
 	"registryd/store"
 )
@@ -44,9 +44,9 @@ func TestToHTTP(t *testing.T) {
 			`{"message":"400 Bad request - the SBOM has no specVersion"}`},
 		{"SBOM over the limit", &sbom.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
 			`{"message":"413 Request Entity Too Large"}`},
-		{"unreadable events", &activity.Error{Reason: "the body holds no events"}, 400,
+		{"unreadable events", &eventimport.Error{Reason: "the body holds no events"}, 400,
 			`{"message":"400 Bad request - the body holds no events"}`},
-		{"events over the limit", &activity.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
+		{"events over the limit", &eventimport.Error{Reason: "the body could not be read", Err: &http.MaxBytesError{Limit: 10}}, 413,
 			`{"message":"413 Request Entity Too Large"}`},
 		{"wrapped http error", fmt.Errorf("x: %w", errForbidden), 403, `{"message":"403 Forbidden"}`},
 		// bbolt returns a commit's write error as is: a *PathError.

@@ -3,7 +3,7 @@ package admin
 import (
 	"net/http"
 
-	"registryd/activity"
+	"registryd/eventimport"
 )
 
 type importView struct {
@@ -19,7 +19,7 @@ func (s *Server) importEvents(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.requireAdmin(r); err != nil {
 		return err
 	}
-	evs, err := activity.DecodeEvents(r.Body)
+	evs, err := eventimport.DecodeEvents(r.Body)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/store"
 )
 
@@ -31,7 +32,7 @@ type listEnv struct {
 	dir    string // the database's
 	st     *store.Store
 	srv    *Server
-	clock  *testClock
+	clock  *testclock.Clock
 	tokens map[string]string
 	users  map[string]store.User
 	groups map[string]store.Group

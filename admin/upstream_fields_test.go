@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/testclock"
 	"registryd/store"
 	"registryd/upstream"
 )
@@ -207,13 +208,13 @@ func TestUpstreamNotFoundMinutesPatch(t *testing.T) {
 // healthEnv is the upstream env with a Health on a clock of its own.
 type healthEnv struct {
 	*ceEnv
-	now    time.Time
-	health *upstream.Health
+	healthClock *testclock.Clock
+	health      *upstream.Health
 }
 
 func newHealthEnv(t *testing.T) *healthEnv {
-	e := &healthEnv{ceEnv: newUpstreamEnv(t), now: time.Date(2026, 11, 21, 11, 0, 0, 250e6, time.UTC)}
-	e.health = upstream.NewHealth(upstream.HealthOptions{Now: func() time.Time { return e.now }})
+	e := &healthEnv{ceEnv: newUpstreamEnv(t), healthClock: testclock.New(time.Date(2026, 11, 21, 11, 0, 0, 250e6, time.UTC))}
+	e.health = upstream.NewHealth(upstream.HealthOptions{Now: e.healthClock.Now})
 	e.srv.health = e.health
 	return e
 }
@@ -277,7 +278,7 @@ func TestUpstreamHealthShown(t *testing.T) {
 	wantHealth(t, created, "healthy", nil, nil, nil, nil)
 
 	// The trial succeeds: healthy since then, the last error kept as history.
-	e.now = e.now.Add(10 * time.Second)
+	e.healthClock.Advance(10 * time.Second)
 	tk, _, ok := e.health.Begin(id, "org/example/b/1/b-1.jar")
 	if !ok || !tk.Trial() {
 		t.Fatal("no trial")

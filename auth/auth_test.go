@@ -5,37 +5,20 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/store"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // world is a store with a small hierarchy and a Service over it. Both share
 // one clock, so expiry can be tested without sleeping.
 type world struct {
 	st  *store.Store
 	svc *Service
-	clk *clock
+	clk *testclock.Clock
 
 	acme, plat, other store.Group
 	app               store.Project
@@ -45,7 +28,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	clk := &clock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	st, err := store.Open(t.TempDir(), store.Options{SecretKey: bytes.Repeat([]byte{1}, 32), Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"registryd/internal/every"
 	"registryd/internal/soak"
 )
 
@@ -226,19 +227,12 @@ func peakRSS(pid int, stop <-chan struct{}) <-chan int64 {
 	out := make(chan int64, 1)
 	go func() {
 		var peak int64
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
+		every.TickNow(stop, 5*time.Millisecond, func() {
 			if r := soak.RSS(pid); r > peak {
 				peak = r
 			}
-			select {
-			case <-stop:
-				out <- peak
-				return
-			case <-t.C:
-			}
-		}
+		})
+		out <- peak
 	}()
 	return out
 }

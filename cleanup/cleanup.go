@@ -25,6 +25,7 @@ import (
 
 	"registryd/config"
 	"registryd/internal/clusterjob"
+	"registryd/internal/every"
 	"registryd/store"
 )
 
@@ -142,16 +143,7 @@ func (s *Scheduler) Start() {
 	s.loop.Add(1)
 	go func() {
 		defer s.loop.Done()
-		t := time.NewTicker(s.cfg.CheckInterval)
-		defer t.Stop()
-		for {
-			s.Tick()
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-		}
+		every.TickNow(s.stop, s.cfg.CheckInterval, s.Tick)
 	}()
 }
 

@@ -13,27 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/store"
 )
 
 const day = 24 * time.Hour
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -54,7 +38,7 @@ func must[T any](t testing.TB) func(T, error) T {
 type env struct {
 	t       *testing.T
 	st      *store.Store
-	clock   *clock
+	clock   *testclock.Clock
 	t0      time.Time
 	acme    store.Group
 	other   store.Group
@@ -67,7 +51,7 @@ func rel(i int) string { return fmt.Sprintf("/org/example/lib%d/1.0/lib%d-1.0.ja
 
 func newEnv(t *testing.T, n int) *env {
 	t.Helper()
-	c := &clock{t: time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC))
 	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +585,7 @@ func TestPolicyDeletedDuringRun(t *testing.T) {
 // entries, lookups of the kept ones (what a cache hit reads) never fail
 // and never see a missing entry.
 func TestHitsUnharmedDuringLargeRun(t *testing.T) {
-	c := &clock{t: time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC))
 	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"time"
+
+	"registryd/internal/every"
 )
 
 // Audit retention: events older than audit.retention are deleted in the
@@ -71,18 +73,11 @@ func (s *Server) expireAudit(stop <-chan struct{}) (int, error) {
 // until stop closes.
 func (s *Server) auditRetention(stop, done chan struct{}) {
 	defer close(done)
-	t := time.NewTicker(auditExpireInterval)
-	defer t.Stop()
-	for {
+	every.TickNow(stop, auditExpireInterval, func() {
 		if _, err := s.expireAudit(stop); err != nil {
 			s.backgroundFailed("deleting audit events past their retention", err)
 		}
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // startAuditRetention starts the retention job when audit.retention is

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"registryd/internal/every"
 	"registryd/store"
 )
 
@@ -173,15 +174,7 @@ func (s *Server) collect(stop <-chan struct{}, batches int) (store.CollectResult
 // when a delete or purge commits (store.CollectWanted), until stop closes.
 func (s *Server) collector(stop, done chan struct{}) {
 	defer close(done)
-	t := time.NewTicker(s.cfg.Cache.CollectInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		case <-s.st.CollectWanted():
-		}
+	every.TickOrWake(stop, s.st.CollectWanted(), s.cfg.Cache.CollectInterval, func() {
 		if _, err := s.collect(stop, 0); err != nil {
 			if store.IsDiskFull(err) {
 				s.backgroundFailed("collecting cache entries", err)
@@ -189,7 +182,18 @@ func (s *Server) collector(stop, done chan struct{}) {
 				s.log.Error("collecting cache entries", "err", err)
 			}
 		}
-	}
+	})
+}
+
+// flusher writes the download counts every cache.flush_interval until stop
+// closes.
+func (s *Server) flusher(stop, done chan struct{}) {
+	defer close(done)
+	every.Tick(stop, s.cfg.Cache.FlushInterval, func() {
+		if err := s.FlushDownloads(); err != nil {
+			s.backgroundFailed("flushing download counts", err)
+		}
+	})
 }
 
 // Start runs the background work: the download-count flusher (every
@@ -205,29 +209,11 @@ func (s *Server) Start() {
 	}
 	s.flusherStop, s.flusherDone = make(chan struct{}), make(chan struct{})
 	s.collectorStop, s.collectorDone = make(chan struct{}), make(chan struct{})
-	go s.every(s.cfg.Cache.FlushInterval, s.flusherStop, s.flusherDone, func() {
-		if err := s.FlushDownloads(); err != nil {
-			s.backgroundFailed("flushing download counts", err)
-		}
-	})
+	go s.flusher(s.flusherStop, s.flusherDone)
 	go s.collector(s.collectorStop, s.collectorDone)
 	s.startEvictor()
 	s.startAuditRetention()
 	s.audit.start()
-}
-
-func (s *Server) every(d time.Duration, stop, done chan struct{}, fn func()) {
-	defer close(done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }
 
 // StopCounting stops the flusher and the audit writer and writes what they

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"registryd/config"
+	"registryd/internal/testclock"
 )
 
 // accepting serves ln wrapped by l: every admitted connection arrives on
@@ -287,7 +288,7 @@ func (h *recordHandler) count() int {
 func TestConnLimitWarnsOncePerMinutePerClient(t *testing.T) {
 	h := &recordHandler{}
 	l := newConnLimiter(1, 0, slog.New(h))
-	clock := &testClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	l.now = clock.Now
 	from := func(ip string) net.Conn { return pipeFrom(t, &net.TCPAddr{IP: net.ParseIP(ip), Port: 4242}) }
 	l.admit(from("192.0.2.1"))

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/internal/every"
 )
 
 // Eviction keeps the cache within its disk budget (docs/operations.md, "Disk
@@ -268,18 +270,11 @@ func (s *Server) evictor(stop, done chan struct{}) {
 	if err != nil {
 		s.backgroundFailed("building the least-recently-used index", err)
 	}
-	t := time.NewTicker(evictEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	every.Tick(stop, evictEvery, func() {
 		if _, err := s.evict(stop); err != nil && err != errShutdown {
 			s.backgroundFailed("evicting cache entries", err)
 		}
-	}
+	})
 }
 
 // startEvictor runs the evictor when a mark is set.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/testclock"
 	"registryd/upstream"
 )
 
@@ -16,8 +17,8 @@ import (
 func TestHealthLog(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	h := upstream.NewHealth(upstream.HealthOptions{Now: func() time.Time { return now }, OnChange: healthLog(log)})
+	clock := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h := upstream.NewHealth(upstream.HealthOptions{Now: clock.Now, OnChange: healthLog(log)})
 
 	host := func(reason string) upstream.Fault { return upstream.Fault{Class: upstream.FailHost, Reason: reason} }
 	tk, _, _ := h.Begin(7, "a")
@@ -25,10 +26,10 @@ func TestHealthLog(t *testing.T) {
 	if _, _, ok := h.Begin(7, "a"); ok {
 		t.Fatal("Begin allowed during the backoff")
 	}
-	now = now.Add(10 * time.Second)
+	clock.Advance(10 * time.Second)
 	tk, _, _ = h.Begin(7, "a")
 	h.Failure(tk, host("Connection refused")) // a failed trial: no transition
-	now = now.Add(20 * time.Second)
+	clock.Advance(20 * time.Second)
 	tk, _, _ = h.Begin(7, "a")
 	h.Success(tk)
 

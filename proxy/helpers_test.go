@@ -29,6 +29,7 @@ import (
 
 	"registryd/auth"
 	"registryd/config"
+	"registryd/internal/testclock"
 	"registryd/maven"
 	"registryd/store"
 	"registryd/store/objects"
@@ -40,24 +41,6 @@ const rootToken = "rdpat-proxy-test-root-token-0123"
 
 var testSecretKey = bytes.Repeat([]byte{7}, 32)
 
-// testClock is the injected clock: freshness tests move it instead of sleeping.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // env is an in-process proxy on a loopback port with its own data dir.
 type env struct {
 	t        testing.TB
@@ -65,7 +48,7 @@ type env struct {
 	st       *store.Store
 	blobs    *store.Blobs
 	srv      *Server
-	clock    *testClock
+	clock    *testclock.Clock
 	reg      *prometheus.Registry
 	base     string // http://127.0.0.1:port/api/v4/virtual_registries/packages/maven
 	group    store.Group
@@ -95,7 +78,7 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *
 	for _, o := range opts {
 		o(&cfg)
 	}
-	clock := &testClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	so.SecretKey, so.Now = testSecretKey, clock.Now
 	st, err := store.Open(dir, so)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/testclock"
 	"registryd/internal/testsvc"
 	"registryd/store/objects"
 )
@@ -20,7 +21,7 @@ import (
 // remoteEnv is one store (the shared index) and a bucket on the test MinIO.
 type remoteEnv struct {
 	s     *Store
-	clock *testClock
+	clock *testclock.Clock
 	obj   *objects.S3
 	up    int64
 	locks *testClusterLocks
@@ -31,7 +32,7 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 	srv := testsvc.MinIO(t)
 	obj := srv.NewObjects(t, "registryd")
 	// The orphan grace is measured against the object store's clock.
-	c := &testClock{t: time.Now().UTC()}
+	c := testclock.New(time.Now().UTC())
 	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: c.Now})
 	noErr(t, err)
 	t.Cleanup(func() { s.Close() })
@@ -393,9 +394,7 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 
 	// Collect runs the sweep too (every quarter of the grace), and deletes
 	// the objects of collected entries.
-	e.clock.mu.Lock()
-	e.clock.t = time.Now().UTC()
-	e.clock.mu.Unlock()
+	e.clock.Set(time.Now().UTC())
 	noErr(t, e.obj.Put(context.Background(), ObjectKey(orphan), strings.NewReader("orphaned"), 8))
 	noErr(t, e.s.DeleteCacheEntry(e.up, "/kept.jar"))
 	c, err := a.Collect(e.s, 100)

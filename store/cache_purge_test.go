@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/testclock"
 	"registryd/store/kv"
 	"registryd/store/kv/boltkv"
 )
@@ -18,7 +19,7 @@ import (
 // registry.
 type purgeFixture struct {
 	s          *Store
-	clock      *testClock
+	clock      *testclock.Clock
 	dir        string
 	reg        int64
 	big, other int64

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"registryd/internal/testclock"
 )
 
 const day = 24 * time.Hour
@@ -229,7 +231,7 @@ func ok3[A, B any](a A, b B, err error) func(testing.TB) (A, B) {
 // days ago) and keeps the even ones (downloaded 20 days ago).
 type cleanupFixture struct {
 	s       *Store
-	clock   *testClock
+	clock   *testclock.Clock
 	g, o    Group
 	a, b, x int64
 	n       int

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"registryd/internal/testclock"
 )
 
 func TestIsDiskFull(t *testing.T) {
@@ -45,8 +47,8 @@ func TestDiskWatch(t *testing.T) {
 		mu.Unlock()
 		e.b.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); calls++; return space, nil })
 	}
-	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	e.b.disk.now = func() time.Time { return now }
+	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	e.b.disk.now = clock.Now
 
 	if st := e.b.DiskStatus(); !st.Filling || st.Free != 50<<20 || st.Total != 1<<30 {
 		t.Fatalf("status %+v", st)
@@ -87,12 +89,12 @@ func TestDiskWatch(t *testing.T) {
 	if st := e.b.DiskStatus(); st.Filling || st.Reason != "a write to the data volume failed for want of space 0s ago (500.0 MiB free)" {
 		t.Fatalf("status %+v", st)
 	}
-	now = now.Add(fullHold - time.Second)
+	clock.Advance(fullHold - time.Second)
 	e.b.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); return space, nil })
 	if _, ok := e.b.Reserve(1); ok {
 		t.Fatal("filling during the hold")
 	}
-	now = now.Add(time.Second)
+	clock.Advance(time.Second)
 	if _, ok := e.b.Reserve(1); !ok {
 		t.Fatal("not filling after the hold")
 	}

@@ -200,7 +200,7 @@ type ImportResult struct {
 }
 
 // ImportEvents stores evs in one transaction: all of them or none. Their
-// fields are the importer's to check (activity.CheckEvent); the store
+// fields are the importer's to check (eventimport.CheckEvent); the store
 // refuses what its indexes cannot hold (an action or target type without a
 // code) and events of a project or author that does not exist. Events
 // without created_at get the store's clock. Ids follow the order of evs.
@@ -277,7 +277,7 @@ func (s *Store) ImportEvents(evs []Event) (ImportResult, error) {
 
 // checkEventCodes refuses an event whose action or target type has no code
 // in the indexes (a target type is stored as its class name), with the
-// messages of activity.CheckEvent.
+// messages of eventimport.CheckEvent.
 func checkEventCodes(e *Event, prefix string, v *ValidationError) {
 	switch {
 	case e.Action == "":

@@ -83,7 +83,7 @@ func TestRecordedEvents(t *testing.T) {
 }
 
 // The store's own defaults: the clock for events without created_at, UTC
-// milliseconds, the note's created_at. The others are activity.CheckEvent's.
+// milliseconds, the note's created_at. The others are eventimport.CheckEvent's.
 func TestImportEventsDefaults(t *testing.T) {
 	s, c := openTest(t)
 	alice := user(t, s, "alice")
@@ -116,7 +116,7 @@ func TestImportEventsDefaults(t *testing.T) {
 }
 
 // The store refuses what its indexes cannot hold and what does not exist;
-// the fields' rules are activity.CheckEvent's (activity/check_test.go).
+// the fields' rules are eventimport.CheckEvent's (eventimport/check_test.go).
 func TestImportEventsRefusals(t *testing.T) {
 	s, _ := openTest(t)
 	alice := user(t, s, "alice")

@@ -75,52 +75,18 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 	if n.Visibility == "" {
 		n.Visibility = Private
 	}
-	v := &ValidationError{}
-	validName(v, n.Name, 255)
-	validPath(v, n.Path)
-	if !validVisibility(n.Visibility) {
-		v.Add("visibility_level", "is invalid")
-	}
-	if overLimit(n.Description, 1024) {
-		v.Add("description", "is too long (maximum is 1024 characters)")
-	}
-	if err := v.Err(); err != nil {
+	if err := validNamespaced(n.Name, n.Path, n.Visibility, n.Description, 1024); err != nil {
 		return Group{}, err
 	}
-	g := Group{ParentID: n.ParentID, Name: n.Name, Path: n.Path, FullPath: n.Path, FullName: n.Name,
-		Description: n.Description, Visibility: n.Visibility, CreatedAt: s.clock()}
+	g := Group{ParentID: n.ParentID, Name: n.Name, Path: n.Path, Description: n.Description,
+		Visibility: n.Visibility, CreatedAt: s.clock()}
 	err := s.update(true, false, func(tx kv.Tx) error {
-		if n.ParentID != 0 {
-			parent, ok := groupTx(tx, n.ParentID)
-			if !ok {
-				return notFound("Parent Group")
-			}
-			if err := checkChildVisibility(g.Visibility, effectiveVisibilityTx(tx, parent.ID), false); err != nil {
-				return err
-			}
-			g.FullPath = parent.FullPath + "/" + n.Path
-			g.FullName = parent.FullName + " / " + n.Name
-		}
-		if pathTaken(tx, g.FullPath) {
-			return invalid("path", "has already been taken")
-		}
-		byPath := tx.Bucket(bktGroupsByPath)
-		b := tx.Bucket(bktGroups)
-		id, err := nextID(b)
+		id, err := insertNamespacedTx(tx, groupNS, n.ParentID, n.Path, n.Name, n.Visibility, func(at placed) any {
+			g.ID, g.FullPath, g.FullName = at.ID, at.FullPath, at.FullName
+			return g
+		})
 		if err != nil {
 			return err
-		}
-		g.ID = id
-		if err := putJSON(b, itob(id), g); err != nil {
-			return err
-		}
-		if err := byPath.Put(lower(g.FullPath), itob(id)); err != nil {
-			return err
-		}
-		if g.ParentID != 0 {
-			if err := tx.Bucket(bktGroupChildren).Put(pair(g.ParentID, id), emptyValue); err != nil {
-				return err
-			}
 		}
 		if n.CreatorID != 0 {
 			if _, ok := userTx(tx, n.CreatorID); !ok {
@@ -132,12 +98,6 @@ func (s *Store) CreateGroup(n NewGroup) (Group, error) {
 		return nil
 	})
 	return g, err
-}
-
-// pathTaken reports whether a group or a project already has the full path:
-// both live in one namespace of URLs.
-func pathTaken(tx kv.Tx, fullPath string) bool {
-	return tx.Bucket(bktGroupsByPath).Get(lower(fullPath)) != nil || tx.Bucket(bktProjectsPath).Get(lower(fullPath)) != nil
 }
 
 func groupTx(tx kv.Tx, id int64) (Group, bool) {

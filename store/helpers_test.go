@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
+	"registryd/internal/testclock"
 	"registryd/store/kv"
 )
 
@@ -19,26 +19,9 @@ var (
 	otherKey = bytes.Repeat([]byte{0x24}, 32)
 )
 
-// testClock is a settable test clock.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *testClock {
-	return &testClock{t: time.Date(2026, 3, 14, 9, 26, 53, 589_793_238, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock is a test clock standing at a fixed instant.
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2026, 3, 14, 9, 26, 53, 589_793_238, time.UTC))
 }
 
 // testEngine, when set, is the kv engine the store tests run on; nil runs
@@ -79,7 +62,7 @@ func boltOnly(t testing.TB, why string) {
 }
 
 // openTest opens a fresh store in a temp dir with the test key and clock.
-func openTest(t *testing.T) (*Store, *testClock) {
+func openTest(t *testing.T) (*Store, *testclock.Clock) {
 	t.Helper()
 	c := newClock()
 	s, err := openAt(t, t.TempDir(), Options{SecretKey: testKey, Now: c.Now})

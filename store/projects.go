@@ -42,47 +42,17 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 	if n.Path == "" {
 		n.Path = DefaultProjectPath(n.Name)
 	}
-	v := &ValidationError{}
-	validName(v, n.Name, 255)
-	validPath(v, n.Path)
-	if !validVisibility(n.Visibility) {
-		v.Add("visibility_level", "is invalid")
-	}
-	if overLimit(n.Description, 2000) {
-		v.Add("description", "is too long (maximum is 2000 characters)")
-	}
-	if err := v.Err(); err != nil {
+	if err := validNamespaced(n.Name, n.Path, n.Visibility, n.Description, 2000); err != nil {
 		return Project{}, err
 	}
 	p := Project{NamespaceID: n.NamespaceID, Name: n.Name, Path: n.Path, Description: n.Description,
 		Visibility: n.Visibility, CreatorID: n.CreatorID, CreatedAt: s.clock()}
 	err := s.update(true, false, func(tx kv.Tx) error {
-		ns, ok := groupTx(tx, n.NamespaceID)
-		if !ok {
-			return notFound("Namespace")
-		}
-		if err := checkChildVisibility(p.Visibility, effectiveVisibilityTx(tx, ns.ID), true); err != nil {
-			return err
-		}
-		p.FullPath = ns.FullPath + "/" + p.Path
-		p.FullName = ns.FullName + " / " + p.Name
-		if pathTaken(tx, p.FullPath) {
-			return invalid("path", "has already been taken")
-		}
-		byPath := tx.Bucket(bktProjectsPath)
-		b := tx.Bucket(bktProjects)
-		id, err := nextID(b)
+		id, err := insertNamespacedTx(tx, projectNS, n.NamespaceID, n.Path, n.Name, n.Visibility, func(at placed) any {
+			p.ID, p.FullPath, p.FullName = at.ID, at.FullPath, at.FullName
+			return p
+		})
 		if err != nil {
-			return err
-		}
-		p.ID = id
-		if err := putJSON(b, itob(id), p); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bktGroupProjects).Put(pair(p.NamespaceID, id), emptyValue); err != nil {
-			return err
-		}
-		if err := byPath.Put(lower(p.FullPath), itob(id)); err != nil {
 			return err
 		}
 		// The creation is the project's first event, by its creator, written

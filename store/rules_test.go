@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/testclock"
 	"registryd/store/kv"
 )
 
 // ruleEnv is a group with one registry and two upstreams.
-func ruleEnv(t *testing.T) (*Store, *testClock, Registry, Upstream, Upstream) {
+func ruleEnv(t *testing.T) (*Store, *testclock.Clock, Registry, Upstream, Upstream) {
 	t.Helper()
 	s, c := openTest(t)
 	g := topGroup(t, s, "acme")

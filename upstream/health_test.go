@@ -13,28 +13,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"registryd/internal/testclock"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newClock is the clock the health tests move by hand.
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // change is one OnChange call.
@@ -71,13 +56,13 @@ func (r *recorder) states() []string {
 // 30s.
 type healthEnv struct {
 	t     *testing.T
-	clock *fakeClock
+	clock *testclock.Clock
 	rec   *recorder
 	h     *Health
 }
 
 func newHealthEnv(t *testing.T) *healthEnv {
-	e := &healthEnv{t: t, clock: newFakeClock(), rec: &recorder{}}
+	e := &healthEnv{t: t, clock: newClock(), rec: &recorder{}}
 	e.h = NewHealth(HealthOptions{
 		InitialBackoff: 10 * time.Second,
 		MaxBackoff:     80 * time.Second,
@@ -219,7 +204,7 @@ func TestHealthHostFailureMarksAtOnce(t *testing.T) {
 	e.wantChanges(Unhealthy)
 	// The host failed, not the path: after the backoff the same path may
 	// be the trial.
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	e.trial(1, pathA)
 }
 
@@ -233,7 +218,7 @@ func TestHealthOnePathDoesNotMarkUpstream(t *testing.T) {
 		t.Fatalf("after one failure: %+v", st)
 	}
 	// One failure leaves the path open to a retry.
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	e.h.Failure(e.begin(1, pathA), pathFault("answered 502 Bad Gateway"))
 	if st := e.wantHealthy(1); st.FailingPaths != 1 {
 		t.Fatalf("after two failures of one path: %+v", st)
@@ -261,7 +246,7 @@ func TestHealthDistinctPathsMarkUpstream(t *testing.T) {
 	e.h.Failure(e.begin(1, pathA), pathFault("answered 500 Internal Server Error")) // the same path again
 	e.h.Failure(e.begin(1, pathB), pathFault("answered 502 Bad Gateway"))
 	e.wantHealthy(1)
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	e.h.Failure(e.begin(1, pathC), pathFault("Connection timeout"))
 	st := e.wantUnhealthy(1, 10*time.Second)
 	if st.LastError != "Connection timeout" || !st.Since.Equal(e.clock.Now()) || st.Failures != 4 || st.FailingPaths != 1 {
@@ -277,7 +262,7 @@ func TestHealthDistinctPathsMarkUpstream(t *testing.T) {
 	e.h.Failure(e.begin(2, pathC), pathFault("answered 502 Bad Gateway"))
 	e.wantHealthy(2)
 	// So does time: failures older than the window do not count.
-	e.clock.Add(time.Minute)
+	e.clock.Advance(time.Minute)
 	e.h.Failure(e.begin(2, pathB), pathFault("answered 502 Bad Gateway"))
 	e.h.Failure(e.begin(2, pathD), pathFault("answered 502 Bad Gateway"))
 	e.wantHealthy(2)
@@ -294,14 +279,14 @@ func TestHealthTrialIsAnotherPath(t *testing.T) {
 	for _, p := range []string{pathA, pathA, pathB} {
 		e.h.Failure(e.begin(1, p), pathFault("answered 502 Bad Gateway"))
 	}
-	e.clock.Add(5 * time.Second)
+	e.clock.Advance(5 * time.Second)
 	e.h.Failure(e.begin(1, pathC), pathFault("answered 502 Bad Gateway"))
 	e.wantUnhealthy(1, 10*time.Second)
 	// A's breaker is open until its own backoff ends.
 	if c := e.refused(1, pathA); !c.Path || !c.RetryAt.Equal(e.clock.Now().Add(5*time.Second)) {
 		t.Fatalf("closure of A %+v", c)
 	}
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	for _, p := range []string{pathA, pathB, pathC} {
 		if c := e.refused(1, p); c.Path || c.RetryAt.After(e.clock.Now()) {
 			t.Fatalf("closure of %s %+v, want the upstream's, waiting for a trial", p, c)
@@ -342,7 +327,7 @@ func TestHealthPathBreakerBackoff(t *testing.T) {
 		if !c.Path || !c.Timeout || !c.RetryAt.Equal(e.clock.Now().Add(wait)) {
 			t.Fatalf("closure %+v, want a path timeout until now+%v", c, wait)
 		}
-		e.clock.Add(wait)
+		e.clock.Advance(wait)
 		tk := e.begin(1, pathA)
 		if !tk.PathTrial() {
 			t.Fatal("no path trial after the backoff")
@@ -350,7 +335,7 @@ func TestHealthPathBreakerBackoff(t *testing.T) {
 		e.h.Failure(tk, Fault{Class: FailPath, Reason: "Connection timeout", Timeout: true})
 		wait = next * time.Second
 	}
-	e.clock.Add(wait)
+	e.clock.Advance(wait)
 	e.h.Failure(e.begin(1, pathA), pathFault("answered 504 Gateway Timeout"))
 	if c := e.refused(1, pathA); c.Timeout || c.LastError != "answered 504 Gateway Timeout" ||
 		!c.RetryAt.Equal(e.clock.Now().Add(wait)) {
@@ -358,7 +343,7 @@ func TestHealthPathBreakerBackoff(t *testing.T) {
 	}
 	// A late failure of a request begun before the breaker opened changes
 	// no backoff; Done of a trial frees it without a verdict.
-	e.clock.Add(wait)
+	e.clock.Advance(wait)
 	tk := e.begin(1, pathA)
 	e.h.Done(tk)
 	tk = e.begin(1, pathA)
@@ -368,7 +353,7 @@ func TestHealthPathBreakerBackoff(t *testing.T) {
 	// A host failure is no verdict on the path either.
 	e.h.Failure(tk, hostFault("Connection refused"))
 	e.wantUnhealthy(1, 10*time.Second)
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	e.h.Success(e.trial(1, pathB))
 	ptk := e.begin(1, pathA)
 	if !ptk.PathTrial() {
@@ -386,7 +371,7 @@ func TestHealthPathBreakerBackoff(t *testing.T) {
 // Path states are bounded: the least recently used goes, its breaker
 // closed and uncounted.
 func TestHealthPathStatesBounded(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := NewHealth(HealthOptions{Now: clock.Now, MaxPaths: 4, Threshold: 100, PathThreshold: 1})
 	for i := range 10 {
 		tk, _, ok := h.Begin(1, fmt.Sprint("p", i))
@@ -416,13 +401,13 @@ func TestHealthPathStatesBounded(t *testing.T) {
 func TestHealthBackoffAndOneTrial(t *testing.T) {
 	e := newHealthEnv(t)
 	e.h.Failure(e.begin(1, pathA), hostFault("Connection refused"))
-	e.clock.Add(10*time.Second - time.Nanosecond)
+	e.clock.Advance(10*time.Second - time.Nanosecond)
 	e.refused(1, pathB)
-	e.clock.Add(time.Nanosecond)
+	e.clock.Advance(time.Nanosecond)
 	tk := e.trial(1, pathB)
 	// While the trial is out nobody else goes, however long the backoff is over.
 	e.refused(1, pathC)
-	e.clock.Add(29 * time.Second)
+	e.clock.Advance(29 * time.Second)
 	e.refused(1, pathC)
 	e.h.Success(tk)
 	st := e.wantHealthy(1)
@@ -440,7 +425,7 @@ func TestHealthBackoffAndOneTrial(t *testing.T) {
 func TestHealthConcurrentBeginOneTrial(t *testing.T) {
 	e := newHealthEnv(t)
 	e.h.Failure(e.begin(1, pathA), hostFault("Connection refused"))
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	const n = 64
 	var (
 		wg             sync.WaitGroup
@@ -476,7 +461,7 @@ func TestHealthFailedTrialDoublesToMax(t *testing.T) {
 	since := e.clock.Now()
 	wait := 10 * time.Second
 	for _, next := range []time.Duration{20, 40, 80, 80, 80} {
-		e.clock.Add(wait)
+		e.clock.Advance(wait)
 		e.h.Failure(e.trial(1, pathA), hostFault("Connection timeout"))
 		wait = next * time.Second
 		st := e.wantUnhealthy(1, wait)
@@ -486,12 +471,12 @@ func TestHealthFailedTrialDoublesToMax(t *testing.T) {
 		e.refused(1, pathA)
 	}
 	// A path failure of a trial is a failed trial too.
-	e.clock.Add(wait)
+	e.clock.Advance(wait)
 	e.h.Failure(e.trial(1, pathB), pathFault("answered 502 Bad Gateway"))
 	e.wantUnhealthy(1, 80*time.Second)
 	e.wantChanges(Unhealthy)
 	// Success starts over from the first step.
-	e.clock.Add(80 * time.Second)
+	e.clock.Advance(80 * time.Second)
 	e.h.Success(e.trial(1, pathC))
 	e.h.Failure(e.begin(1, pathA), hostFault("Connection timeout"))
 	e.wantUnhealthy(1, 10*time.Second)
@@ -509,17 +494,17 @@ func TestHealthRetryAfter(t *testing.T) {
 	if c := e.refused(1, pathB); !c.RetryAfterAsked || !c.RetryAt.Equal(st.RetryAt) {
 		t.Fatalf("closure %+v", c)
 	}
-	e.clock.Add(2*time.Minute - time.Second)
+	e.clock.Advance(2*time.Minute - time.Second)
 	e.refused(1, pathA)
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	// A failed trial without Retry-After: the backoff's own next step.
 	e.h.Failure(e.trial(1, pathA), hostFault("answered 429 Too Many Requests"))
 	e.wantUnhealthy(1, 20*time.Second)
-	e.clock.Add(20 * time.Second)
+	e.clock.Advance(20 * time.Second)
 	// A failed trial with a Retry-After longer than the step waits as asked.
 	e.h.Failure(e.trial(1, pathA), retryAfterFault("answered 503 Service Unavailable", 3*time.Minute))
 	e.wantUnhealthy(1, 3*time.Minute)
-	e.clock.Add(3 * time.Minute)
+	e.clock.Advance(3 * time.Minute)
 	// ... and one shorter than the step waits the step.
 	e.h.Failure(e.trial(1, pathA), retryAfterFault("answered 503 Service Unavailable", time.Second))
 	e.wantUnhealthy(1, 80*time.Second)
@@ -527,7 +512,7 @@ func TestHealthRetryAfter(t *testing.T) {
 	// Retry-After is capped by MaxRetryAfter.
 	e.h.Failure(e.begin(2, pathA), retryAfterFault("answered 429 Too Many Requests", 10*time.Hour))
 	e.wantUnhealthy(2, 5*time.Minute)
-	e.clock.Add(5 * time.Minute)
+	e.clock.Advance(5 * time.Minute)
 	e.h.Failure(e.trial(2, pathA), retryAfterFault("answered 429 Too Many Requests", 48*time.Hour))
 	e.wantUnhealthy(2, 5*time.Minute)
 }
@@ -538,7 +523,7 @@ func TestHealthStaleFailureKeepsBackoff(t *testing.T) {
 	a, b, c := e.begin(1, pathA), e.begin(1, pathB), e.begin(1, pathC)
 	e.h.Failure(a, hostFault("Connection refused"))
 	e.wantUnhealthy(1, 10*time.Second)
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	e.h.Failure(b, pathFault("Connection reset by peer"))
 	st := e.wantUnhealthy(1, 9*time.Second)
 	if st.LastError != "Connection reset by peer" || st.Failures != 2 {
@@ -547,7 +532,7 @@ func TestHealthStaleFailureKeepsBackoff(t *testing.T) {
 	// A late failure asking for longer than the backoff gets it, no more.
 	e.h.Failure(c, retryAfterFault("answered 429 Too Many Requests", 30*time.Second))
 	e.wantUnhealthy(1, 30*time.Second)
-	e.clock.Add(30 * time.Second)
+	e.clock.Advance(30 * time.Second)
 	// The backoff step is still the first: a failed trial makes it 20s, not more.
 	e.h.Failure(e.trial(1, pathD), hostFault("Connection refused"))
 	e.wantUnhealthy(1, 20*time.Second)
@@ -557,11 +542,11 @@ func TestHealthStaleFailureKeepsBackoff(t *testing.T) {
 func TestHealthTrialTimeout(t *testing.T) {
 	e := newHealthEnv(t)
 	e.h.Failure(e.begin(1, pathA), hostFault("Connection timeout"))
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	stuck := e.trial(1, pathA)
-	e.clock.Add(30*time.Second - time.Nanosecond)
+	e.clock.Advance(30*time.Second - time.Nanosecond)
 	e.refused(1, pathB)
-	e.clock.Add(time.Nanosecond)
+	e.clock.Advance(time.Nanosecond)
 	next := e.trial(1, pathB)
 	e.refused(1, pathC)
 	// The stuck trial reports late: it neither frees the running trial nor
@@ -582,7 +567,7 @@ func TestHealthTrialTimeout(t *testing.T) {
 func TestHealthDoneFreesTrial(t *testing.T) {
 	e := newHealthEnv(t)
 	e.h.Failure(e.begin(1, pathA), hostFault("Connection timeout"))
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	tk := e.trial(1, pathA)
 	e.refused(1, pathB)
 	e.h.Done(tk)
@@ -607,13 +592,13 @@ func TestHealthLateSuccessEndsEpisode(t *testing.T) {
 	e := newHealthEnv(t)
 	late := e.begin(1, pathA)
 	e.h.Failure(e.begin(1, pathB), hostFault("Connection timeout"))
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	oldTrial := e.trial(1, pathC)
 	e.h.Success(late)
 	e.wantHealthy(1)
 	e.h.Failure(e.begin(1, pathB), hostFault("Connection refused"))
 	e.wantUnhealthy(1, 10*time.Second)
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	newTrial := e.trial(1, pathD)
 	e.h.Failure(oldTrial, hostFault("Connection timeout"))
 	e.refused(1, pathA)
@@ -631,10 +616,10 @@ func TestHealthOnChange(t *testing.T) {
 	e.h.Failure(e.begin(1, pathC), pathFault("answered 502 Bad Gateway"))
 	e.wantChanges(Unhealthy)
 	// Further failures, late or of trials, are no transition.
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	e.h.Failure(e.trial(1, pathD), hostFault("Connection timeout"))
 	e.wantChanges(Unhealthy)
-	e.clock.Add(20 * time.Second)
+	e.clock.Advance(20 * time.Second)
 	e.h.Success(e.trial(1, pathD))
 	e.h.Success(e.begin(1, pathD))
 	e.wantChanges(Unhealthy, Healthy)
@@ -735,7 +720,7 @@ func TestHealthForget(t *testing.T) {
 	e.h.Failure(e.begin(1, pathB), pathFault("answered 502 Bad Gateway"))
 	e.h.Failure(e.begin(1, pathB), pathFault("answered 502 Bad Gateway"))
 	e.h.Failure(e.begin(1, pathA), hostFault("Connection timeout"))
-	e.clock.Add(10 * time.Second)
+	e.clock.Advance(10 * time.Second)
 	trial := e.trial(1, pathC)
 	e.h.Forget(1)
 	if st := e.h.Status(1); st != (HealthStatus{State: Healthy}) {
@@ -758,7 +743,7 @@ func TestHealthForget(t *testing.T) {
 }
 
 func TestHealthDefaults(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := NewHealth(HealthOptions{Now: clock.Now})
 	begin := func(id int64, p string) Ticket {
 		t.Helper()
@@ -775,7 +760,7 @@ func TestHealthDefaults(t *testing.T) {
 	// 10s doubling: 20s 40s 80s 160s 320s, then 600s.
 	wait := 10 * time.Second
 	for range 7 {
-		clock.Add(wait)
+		clock.Advance(wait)
 		tk, _, ok := h.Begin(1, "a")
 		if !ok || !tk.Trial() {
 			t.Fatal("no trial at the end of the backoff")
@@ -806,7 +791,7 @@ func TestHealthDefaults(t *testing.T) {
 	// Default window 1m.
 	h.Failure(begin(4, "a"), pathFault("x"))
 	h.Failure(begin(4, "b"), pathFault("x"))
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	h.Failure(begin(4, "c"), pathFault("x"))
 	h.Failure(begin(4, "a"), pathFault("x"))
 	if h.Status(4).State != Healthy {
@@ -825,15 +810,15 @@ func TestHealthDefaults(t *testing.T) {
 		t.Fatalf("default Retry-After cap: %v", st.RetryAt.Sub(clock.Now()))
 	}
 	// Default trial timeout 1m.
-	clock.Add(time.Hour)
+	clock.Advance(time.Hour)
 	if tk, _, ok := h.Begin(3, "a"); !ok || !tk.Trial() {
 		t.Fatal("no trial")
 	}
-	clock.Add(time.Minute - time.Nanosecond)
+	clock.Advance(time.Minute - time.Nanosecond)
 	if _, _, ok := h.Begin(3, "a"); ok {
 		t.Fatal("a second trial before the default trial timeout")
 	}
-	clock.Add(time.Nanosecond)
+	clock.Advance(time.Nanosecond)
 	if _, _, ok := h.Begin(3, "a"); !ok {
 		t.Fatal("no trial after the default trial timeout")
 	}
@@ -841,7 +826,7 @@ func TestHealthDefaults(t *testing.T) {
 	h = NewHealth(HealthOptions{Now: clock.Now, InitialBackoff: time.Minute, MaxBackoff: time.Second})
 	tk, _, _ := h.Begin(1, "a")
 	h.Failure(tk, hostFault("x"))
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	tk, _, _ = h.Begin(1, "a")
 	h.Failure(tk, hostFault("x"))
 	if st := h.Status(1); !st.RetryAt.Equal(clock.Now().Add(time.Minute)) {
@@ -1050,11 +1035,11 @@ func TestHealthFailingPathsTrialAfterWindow(t *testing.T) {
 		e.h.Failure(e.begin(1, p), pathFault("answered 502 Bad Gateway"))
 	}
 	e.wantUnhealthy(1, 10*time.Second)
-	e.clock.Add(time.Minute - time.Nanosecond)
+	e.clock.Advance(time.Minute - time.Nanosecond)
 	for _, p := range []string{pathA, pathB, pathC} {
 		e.refused(1, p)
 	}
-	e.clock.Add(time.Nanosecond)
+	e.clock.Advance(time.Nanosecond)
 	tk := e.trial(1, pathA)
 	e.h.Success(tk)
 	if st := e.wantHealthy(1); st.FailingPaths != 1 {

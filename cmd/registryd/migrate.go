@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"registryd/clustercopy"
 	"registryd/config"
-	"registryd/migrate"
 	"registryd/store"
 	"registryd/store/kv/boltkv"
 	"registryd/store/objects"
@@ -113,7 +113,7 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 		return err
 	}
 	started := time.Now()
-	r, err := migrate.Run(ctx, migrate.Options{
+	r, err := clustercopy.Run(ctx, clustercopy.Options{
 		Source: src, Dest: dst,
 		BlobDir: filepath.Join(from, "blobs", "sha256"), Objects: bucketAdapter{objs},
 		BatchKeys: batch, Uploads: uploads, Log: out,
@@ -132,7 +132,7 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 	return cst.Close()
 }
 
-func printSummary(out io.Writer, r *migrate.Result, took time.Duration) {
+func printSummary(out io.Writer, r *clustercopy.Result, took time.Duration) {
 	if r == nil {
 		return
 	}
@@ -161,7 +161,7 @@ func printSummary(out io.Writer, r *migrate.Result, took time.Duration) {
 	}
 }
 
-// bucketAdapter gives migrate the object store in its own terms.
+// bucketAdapter gives clustercopy the object store in its own terms.
 type bucketAdapter struct{ s objects.Store }
 
 func (b bucketAdapter) Put(ctx context.Context, key string, r io.Reader, size int64) error {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"registryd/internal/testclock"
 )
 
 func TestDBProbe(t *testing.T) {
@@ -15,7 +17,7 @@ func TestDBProbe(t *testing.T) {
 	answer := error(nil)
 	block := make(chan struct{})
 	close(block)
-	clock := time.Unix(0, 0)
+	clock := testclock.New(time.Unix(0, 0))
 	p := &dbProbe{
 		check: func() error {
 			calls.Add(1)
@@ -25,9 +27,8 @@ func TestDBProbe(t *testing.T) {
 			return answer
 		},
 		ttl: time.Second, timeout: 50 * time.Millisecond,
-		now: func() time.Time { mu.Lock(); defer mu.Unlock(); return clock },
+		now: clock.Now,
 	}
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
 
 	if err := p.Err(); err != nil {
 		t.Fatalf("a database that answers: %v", err)
@@ -41,7 +42,7 @@ func TestDBProbe(t *testing.T) {
 	mu.Lock()
 	answer = errors.New("connection refused")
 	mu.Unlock()
-	advance(time.Second)
+	clock.Advance(time.Second)
 	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("a database that is down: %v", err)
 	}
@@ -49,12 +50,12 @@ func TestDBProbe(t *testing.T) {
 	// A check that hangs: the caller gets an answer after the timeout, and
 	// no second check starts while it hangs.
 	block = make(chan struct{})
-	advance(time.Second)
+	clock.Advance(time.Second)
 	before := calls.Load()
 	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "did not answer within") {
 		t.Fatalf("a hung database: %v", err)
 	}
-	advance(time.Second)
+	clock.Advance(time.Second)
 	if err := p.Err(); err == nil {
 		t.Fatal("still hung: want an error")
 	}
@@ -68,7 +69,7 @@ func TestDBProbe(t *testing.T) {
 	// The hung check returns; once it has, the next call sees the database back.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		advance(time.Second)
+		clock.Advance(time.Second)
 		if p.Err() == nil {
 			break
 		}

@@ -29,6 +29,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"registryd/internal/every"
 )
 
 // Config is one soak run. Zero fields take the defaults of the issue's
@@ -329,20 +331,6 @@ func (r *run) problem(what, detail string) {
 	}
 }
 
-// every calls fn every d until stop (a call that takes longer skips ticks).
-func every(stop <-chan struct{}, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			fn()
-		}
-	}
-}
-
 // admin times and counts one admin request started at start: a 5xx in the
 // 5xx counts, any other failure as a client error.
 func (r *run) admin(start time.Time, status int, err error, what string) {
@@ -365,7 +353,7 @@ func (r *run) admin(start time.Time, status int, err error, what string) {
 // adminLoop sends one admin write every AdminEvery until stop.
 func (r *run) adminLoop(stop <-chan struct{}) {
 	c := &churn{a: r.api, w: &r.w, secret: r.cfg.Secret}
-	every(stop, r.cfg.AdminEvery, func() {
+	every.Tick(stop, r.cfg.AdminEvery, func() {
 		start := time.Now()
 		status, err := c.next()
 		r.admin(start, status, err, "admin write failed")
@@ -390,7 +378,7 @@ type Purge struct {
 const DrainedPending = 1024
 
 func (r *run) purgeLoop(stop <-chan struct{}) {
-	every(stop, r.cfg.PurgeEvery, func() {
+	every.Tick(stop, r.cfg.PurgeEvery, func() {
 		r.mu.Lock()
 		var before sample
 		if n := len(r.samples); n > 0 {
@@ -416,15 +404,8 @@ func (r *run) purgeLoop(stop <-chan struct{}) {
 // count when they end): the Result's table is the exact one.
 func (r *run) sampler(stop <-chan struct{}, done chan<- struct{}, fresh chan sample) {
 	defer close(done)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	printed := 0
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	every.Tick(stop, time.Second, func() {
 		s := r.sampleNow()
 		r.mu.Lock()
 		r.samples = append(r.samples, s)
@@ -438,7 +419,7 @@ func (r *run) sampler(stop <-chan struct{}, done chan<- struct{}, fresh chan sam
 			w := r.summarize(printed, r.cfg.Duration)
 			r.cfg.Logf("soak: %s", w.line())
 		}
-	}
+	})
 }
 
 func (r *run) sampleNow() sample {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"registryd/internal/every"
 )
 
 // HeapPeak samples the heap while an upload runs. It reads runtime/metrics,
@@ -50,19 +52,12 @@ func StartHeapPeak() (*HeapPeak, uint64, uint64) {
 	p := &HeapPeak{stop: make(chan struct{}), done: make(chan struct{}), inuse: baseInuse, mapped: baseMapped}
 	go func() {
 		defer close(p.done)
-		t := time.NewTicker(200 * time.Microsecond)
-		defer t.Stop()
-		for {
+		every.TickNow(p.stop, 200*time.Microsecond, func() {
 			in, mp := readHeap(s)
 			p.mu.Lock()
 			p.inuse, p.mapped = max(p.inuse, in), max(p.mapped, mp)
 			p.mu.Unlock()
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
-			}
-		}
+		})
 	}()
 	return p, baseInuse, baseMapped
 }

@@ -1,9 +1,9 @@
-// Package activity reads the activity events an admin imports (POST
+// Package eventimport reads the activity events an admin imports (POST
 // /admin/events): a JSON array or NDJSON stream decoded one event at a time,
 // each checked and completed with the defaults that do not depend on the
 // clock. The store then keeps what its indexes need: known codes, existing
 // projects and authors, the clock's defaults.
-package activity
+package eventimport
 
 // Error is a body that is not a stream of events: not JSON, cut short,
 // neither an array nor objects. Reason says what is wrong in words for the

@@ -1,12 +1,13 @@
-// Package migrate copies a single registryd node's state into a cluster:
-// its index from one kv.DB into another (bbolt into PostgreSQL, but any
-// pair of engines: it uses only the kv contract) and its blob files into an
-// object bucket under the same content-addressed keys. The copy is
+// Package clustercopy copies a single registryd node's state into a cluster
+// (the `registryd migrate` command; not a schema migration, which each
+// engine does itself): its index from one kv.DB into another (bbolt into
+// PostgreSQL, but any pair of engines: it uses only the kv contract) and its
+// blob files into an object bucket under the same content-addressed keys. The copy is
 // resumable (progress is recorded in the destination in the same
 // transaction as each batch) and verified (key counts and a digest per
 // bucket, every object's size, every blob's SHA-256 recomputed while it is
 // uploaded).
-package migrate
+package clustercopy
 
 import (
 	"bytes"
