@@ -27,7 +27,7 @@ const (
 func (s *Server) ExpireAuditOnce() (int, error) { return s.expireAudit(nil) }
 
 func (s *Server) expireAudit(stop <-chan struct{}) (int, error) {
-	retention := s.cfg.Audit.Retention
+	retention := s.opts.Audit.Retention
 	if retention <= 0 {
 		return 0, nil
 	}
@@ -88,7 +88,7 @@ func (s *Server) auditRetention(stop, done chan struct{}) {
 // startAuditRetention starts the retention job when audit.retention is
 // set. Call with s.bgMu held.
 func (s *Server) startAuditRetention() {
-	if s.cfg.Audit.Retention <= 0 || s.retentionStop != nil {
+	if s.opts.Audit.Retention <= 0 || s.retentionStop != nil {
 		return
 	}
 	s.retentionStop, s.retentionDone = make(chan struct{}), make(chan struct{})

@@ -173,7 +173,7 @@ func (s *Server) collect(stop <-chan struct{}, batches int) (store.CollectResult
 // when a delete or purge commits (store.CollectWanted), until stop closes.
 func (s *Server) collector(stop, done chan struct{}) {
 	defer close(done)
-	t := time.NewTicker(s.cfg.Cache.CollectInterval)
+	t := time.NewTicker(s.opts.Cache.CollectInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -205,7 +205,7 @@ func (s *Server) Start() {
 	}
 	s.flusherStop, s.flusherDone = make(chan struct{}), make(chan struct{})
 	s.collectorStop, s.collectorDone = make(chan struct{}), make(chan struct{})
-	go s.every(s.cfg.Cache.FlushInterval, s.flusherStop, s.flusherDone, func() {
+	go s.every(s.opts.Cache.FlushInterval, s.flusherStop, s.flusherDone, func() {
 		if err := s.FlushDownloads(); err != nil {
 			s.backgroundFailed("flushing download counts", err)
 		}
