@@ -77,6 +77,7 @@ type env struct {
 	dir      string // the data dir
 	st       *store.Store
 	blobs    *store.Blobs
+	faults   *store.Faults // of blobs, unless they are remote
 	srv      *Server
 	clock    *testClock
 	reg      *prometheus.Registry
@@ -126,16 +127,19 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	openBlobs := store.OpenBlobs
-	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go)
-		openBlobs = f.(func(string) (*store.Blobs, error))
+	faults := &store.Faults{}
+	var blobs *store.Blobs
+	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go), without faults
+		faults = nil
+		blobs, err = f.(func(string) (*store.Blobs, error))(dir)
+	} else {
+		blobs, err = store.OpenBlobs(dir, store.BlobOptions{Faults: faults})
 	}
-	blobs, err := openBlobs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	e := &env{t: t, dir: dir, st: st, blobs: blobs, clock: clock, reg: reg, group: g, registry: r.ID,
+	e := &env{t: t, dir: dir, st: st, blobs: blobs, faults: faults, clock: clock, reg: reg, group: g, registry: r.ID,
 		secret: []byte("gateway-secret-for-tests-0123456789"),
 		client: &http.Client{Transport: &http.Transport{DisableCompression: true}}}
 	// As main does: the access log goes to proxy.access_log_path when a

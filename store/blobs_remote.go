@@ -137,7 +137,7 @@ func OpenBlobsRemote(dataDir string, o RemoteBlobs) (*Blobs, error) {
 	if o.LocalCacheBytes <= 0 {
 		return nil, errors.New("blobs: the local cache of remote blobs needs a positive size")
 	}
-	b, err := OpenBlobs(dataDir)
+	b, err := OpenBlobs(dataDir, BlobOptions{})
 	if err != nil {
 		return nil, err
 	}

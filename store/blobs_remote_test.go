@@ -483,7 +483,7 @@ func TestOpenBlobsRemoteValidates(t *testing.T) {
 	if _, err := OpenBlobsRemote(t.TempDir(), RemoteBlobs{Objects: &faultyObjects{}}); err == nil {
 		t.Fatal("no local cache size accepted")
 	}
-	b, err := OpenBlobs(t.TempDir())
+	b, err := OpenBlobs(t.TempDir(), BlobOptions{})
 	noErr(t, err)
 	if _, err := b.OpenRemote(context.Background(), sha("x"), 1); !errors.Is(err, ErrNotRemote) {
 		t.Fatalf("OpenRemote on disk blobs: %v", err)

@@ -33,7 +33,7 @@ func TestDiskWatch(t *testing.T) {
 	var mu sync.Mutex
 	space := Space{Free: 50 << 20, Total: 1 << 30} // reserve: 10.24 MiB
 	calls := 0
-	e.b.SetSpaceProbe(func() (Space, error) {
+	e.faults.SetSpaceProbe(func() (Space, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -43,7 +43,7 @@ func TestDiskWatch(t *testing.T) {
 		mu.Lock()
 		space.Free = free
 		mu.Unlock()
-		e.b.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); calls++; return space, nil })
+		e.faults.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); calls++; return space, nil })
 	}
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	e.b.disk.now = func() time.Time { return now }
@@ -88,7 +88,7 @@ func TestDiskWatch(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	now = now.Add(fullHold - time.Second)
-	e.b.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); return space, nil })
+	e.faults.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); return space, nil })
 	if _, ok := e.b.Reserve(1); ok {
 		t.Fatal("filling during the hold")
 	}
@@ -109,7 +109,7 @@ func TestDiskWatch(t *testing.T) {
 // to go on with, and removes the temp file.
 func TestWriteFaultAndDetach(t *testing.T) {
 	e := newBlobEnv(t)
-	e.b.SetWriteFault(ENOSPCAfter(1000))
+	e.faults.ENOSPCAfter(1000)
 	w, err := e.b.Create()
 	noErr(t, err)
 	body := patterned(3000)
@@ -143,7 +143,7 @@ func TestWriteFaultAndDetach(t *testing.T) {
 	if d := SumHashes(sums, 3000); d != wantDigests(body) {
 		t.Fatalf("digests %+v", d)
 	}
-	e.b.SetWriteFault(nil)
+	e.faults.NoWriteFault()
 	w2, err := e.b.Create()
 	noErr(t, err)
 	if _, err := w2.Write(body); err != nil {
