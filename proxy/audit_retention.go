@@ -22,10 +22,6 @@ const (
 	auditExpireInterval = 10 * time.Minute
 )
 
-// ExpireAuditOnce deletes the audit events older than audit.retention (0:
-// none), until none is left, and returns how many it deleted.
-func (s *Server) ExpireAuditOnce() (int, error) { return s.expireAudit(nil) }
-
 func (s *Server) expireAudit(stop <-chan struct{}) (int, error) {
 	retention := s.opts.Audit.Retention
 	if retention <= 0 {

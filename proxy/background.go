@@ -117,10 +117,6 @@ const collectBatch = 512
 // load was never destroyed.
 const collectRest = 1
 
-// CollectOnce runs the collector until no entry waits for destruction (or
-// an error).
-func (s *Server) CollectOnce() (store.CollectResult, error) { return s.collect(nil, 0) }
-
 // collect runs batches until no entry waits, stop is closed, batches (when
 // not 0) have run, or an error. On a cluster one node at a time collects
 // (cluster.go, jobLease): a node that finds the job's lease held skips the

@@ -136,10 +136,6 @@ func (s *Server) evictWant() (int64, string) {
 	return want, reason
 }
 
-// EvictOnce runs eviction once: when a mark is crossed, entries go until
-// the blobs freed reach what it asks (or none is left).
-func (s *Server) EvictOnce() (EvictResult, error) { return s.evict(nil) }
-
 func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 	s.ev.mu.Lock() // one run at a time: a second would evict for the same want
 	defer s.ev.mu.Unlock()
