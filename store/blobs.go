@@ -471,7 +471,7 @@ func (b *Blobs) place(tmp, sha string, size int64) (created bool, err error) {
 		os.Remove(tmp)
 		return false, fmt.Errorf("blobs: %w", err)
 	}
-	if err := SyncDir(dst); err != nil {
+	if err := syncDir(dst); err != nil {
 		// The rename may not be durable, and a crash would lose a file the
 		// index points at: undo and fail.
 		os.Remove(dst)
@@ -495,7 +495,7 @@ func (b *Blobs) mkdirs(sha string) error {
 		err := os.Mkdir(dir, 0o750)
 		switch {
 		case err == nil:
-			if err := SyncDir(filepath.Dir(dir)); err != nil {
+			if err := syncDir(filepath.Dir(dir)); err != nil {
 				return fmt.Errorf("blobs: fsync directory: %w", err)
 			}
 		case !errors.Is(err, fs.ErrExist):
@@ -538,7 +538,7 @@ const collectUnlinkers = 4
 // Between the commit and the last unlink, at most max blob files are on disk
 // that no entry refers to (a crash there leaves them to the next start's
 // Sweep). With remote blobs the objects go too, and every quarter of
-// OrphanGrace the orphan sweep runs (SweepOrphans).
+// OrphanGrace the orphan sweep runs (sweepOrphans).
 func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	c, err := s.CollectPending(max)
 	out := CollectResult{Entries: c.Entries, More: c.More, Busy: c.Busy}

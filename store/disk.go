@@ -135,14 +135,14 @@ func (d *diskWatch) statusLocked() (st DiskStatus, avail int64) {
 	case held:
 		st.Filling = false
 		st.Reason = fmt.Sprintf("a write to the data volume failed for want of space %s ago (%s free)",
-			d.now().Sub(d.fullAt).Round(time.Second), FormatBytes(d.space.Free))
+			d.now().Sub(d.fullAt).Round(time.Second), formatBytes(d.space.Free))
 	case d.statErr == nil && d.space.Free <= d.reserve():
 		st.Filling = false
 		st.Reason = fmt.Sprintf("data volume full: %s free of %s, %s kept in reserve",
-			FormatBytes(d.space.Free), FormatBytes(d.space.Total), FormatBytes(d.reserve()))
+			formatBytes(d.space.Free), formatBytes(d.space.Total), formatBytes(d.reserve()))
 		if d.minFree > 0 {
 			st.Reason = fmt.Sprintf("data volume below cache.min_free_fraction: %s free of %s, %s kept free",
-				FormatBytes(d.space.Free), FormatBytes(d.space.Total), FormatBytes(d.reserve()))
+				formatBytes(d.space.Free), formatBytes(d.space.Total), formatBytes(d.reserve()))
 		}
 	}
 	if !st.Filling {
@@ -151,8 +151,8 @@ func (d *diskWatch) statusLocked() (st DiskStatus, avail int64) {
 	return st, avail
 }
 
-// FormatBytes writes n in binary units, for messages: "12.0 MiB".
-func FormatBytes(n int64) string {
+// formatBytes writes n in binary units, for messages: "12.0 MiB".
+func formatBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -155,8 +155,8 @@ func TestWriteFaultAndDetach(t *testing.T) {
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 12 << 20: "12.0 MiB",
 		3<<30 + 1<<29: "3.5 GiB", 2 << 40: "2.0 TiB"} {
-		if got := FormatBytes(n); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
