@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -29,7 +28,7 @@ const actRootToken = "rdpat-activity-root-token"
 var actRoles = map[string]int{"guest": store.Guest, "reporter": store.Reporter, "developer": store.Developer,
 	"maintainer": store.Maintainer, "owner": store.Owner}
 
-func newActEnv(t *testing.T, mutate func(*config.Config)) *actEnv {
+func newActEnv(t *testing.T, mutate func(*serverOptions)) *actEnv {
 	t.Helper()
 	st, srv, clock := newTestServer(t, actRootToken, mutate)
 	e := &actEnv{t: t, st: st, srv: srv, clock: clock, projects: map[string]store.Project{},

@@ -15,8 +15,12 @@ import (
 type AdvisoryImporter interface {
 	ImportUpload(ctx context.Context, u advisories.Upload) (advisories.Result, error)
 	// RefreshNow starts an import of the configured sources in the
-	// background; false when none is configured.
-	RefreshNow() bool
+	// background and returns how many there are; 0 when none is
+	// configured.
+	RefreshNow() int
+	// MaxBytes is the largest copy an upload may send
+	// (advisories.max_bytes).
+	MaxBytes() int64
 }
 
 // advisoriesPath is the advisory database resource (registryd's own; GitLab
@@ -69,10 +73,10 @@ func (s *Server) importAdvisories(w http.ResponseWriter, r *http.Request) error 
 	if s.advisories == nil {
 		return message(http.StatusServiceUnavailable, "503 Service Unavailable - advisory imports are not available")
 	}
-	limit := s.cfg.Advisories.MaxBytes
+	limit := s.advisories.MaxBytes()
 	tooLarge := message(http.StatusRequestEntityTooLarge,
-		"413 Request Entity Too Large - the advisory database is larger than "+limit.String()+" (advisories.max_bytes)")
-	if r.ContentLength > int64(limit) {
+		"413 Request Entity Too Large - the advisory database is larger than "+sizeText(limit)+" (advisories.max_bytes)")
+	if r.ContentLength > limit {
 		return tooLarge
 	}
 	res, err := s.advisories.ImportUpload(r.Context(), advisories.Upload{Source: source, Full: full, Body: r.Body})
@@ -107,9 +111,10 @@ func (s *Server) refreshAdvisories(w http.ResponseWriter, r *http.Request) error
 	if s.advisories == nil {
 		return message(http.StatusServiceUnavailable, "503 Service Unavailable - advisory imports are not available")
 	}
-	if !s.advisories.RefreshNow() {
+	n := s.advisories.RefreshNow()
+	if n == 0 {
 		return badRequest("no advisory source is configured (advisories.sources)")
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"sources": len(s.cfg.Advisories.AdvisorySources())})
+	writeJSON(w, http.StatusAccepted, map[string]any{"sources": n})
 	return nil
 }

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"registryd/config"
 )
 
 // osvZip is an archive of the records of testdata/osv/<dir>, under a
@@ -134,7 +132,7 @@ func TestAdvisoryImportShowsVulnerabilities(t *testing.T) {
 }
 
 func TestAdvisoryImportRefusals(t *testing.T) {
-	e := newActEnv(t, func(c *config.Config) { c.Advisories.MaxBytes = 1 * config.MiB })
+	e := newActEnv(t, func(o *serverOptions) { o.advisories.MaxBytes = 1 << 20 })
 	tests := []struct {
 		name, role, path, body string
 		status                 int

@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -54,7 +53,7 @@ type auditDetailsView struct {
 // auditEnabled is the licence gate: audit events are a Premium feature in
 // GitLab. Off, the endpoints answer 404 before authentication, as every
 // gated feature of registryd does.
-func (s *Server) auditEnabled() bool { return s.cfg.License.Plan.AtLeast(config.PlanPremium) }
+func (s *Server) auditEnabled() bool { return s.auth.Plan().AtLeast(auth.PlanPremium) }
 
 // auditViews renders events. An author's email is shown, as a user's email
 // is everywhere in registryd, only to admins and to the author themself.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
+	"registryd/auth"
 	"registryd/store"
 )
 
@@ -32,7 +32,7 @@ type auditEnv struct {
 
 const auditRootToken = "rdpat-audit-root-token"
 
-func newAuditEnv(t *testing.T, mutate func(*config.Config)) *auditEnv {
+func newAuditEnv(t *testing.T, mutate func(*serverOptions)) *auditEnv {
 	t.Helper()
 	st, srv, clock := newTestServer(t, auditRootToken, mutate)
 	e := &auditEnv{t: t, st: st, srv: srv, tokens: map[string]string{"root": auditRootToken},
@@ -308,7 +308,7 @@ func TestGroupAuditEvents(t *testing.T) {
 }
 
 func TestAuditEventsNeedPremium(t *testing.T) {
-	e := newAuditEnv(t, func(c *config.Config) { c.License.Plan = config.PlanFree })
+	e := newAuditEnv(t, func(o *serverOptions) { o.auth.Plan = auth.PlanFree })
 	for _, path := range []string{"/api/v4/audit_events", "/api/v4/audit_events/1",
 		fmt.Sprintf("/api/v4/groups/%d/audit_events", e.acme.ID), fmt.Sprintf("/api/v4/groups/%d/audit_events/1", e.acme.ID)} {
 		for _, role := range []string{"", "root"} {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -31,7 +30,7 @@ type ceEnv struct {
 
 const ceRootToken = "rdpat-cache-entries-root-token"
 
-func newCacheEntryEnv(t *testing.T, mutate func(*config.Config)) *ceEnv {
+func newCacheEntryEnv(t *testing.T, mutate func(*serverOptions)) *ceEnv {
 	t.Helper()
 	st, srv, clock := newTestServer(t, ceRootToken, mutate)
 	e := &ceEnv{t: t, st: st, srv: srv, clock: clock, tokens: map[string]string{"root": ceRootToken}}
@@ -514,7 +513,7 @@ func TestCacheEntriesPermissions(t *testing.T) {
 }
 
 func TestCacheEntriesFeatureOff(t *testing.T) {
-	e := newCacheEntryEnv(t, func(c *config.Config) { c.Features.VirtualRegistry = false })
+	e := newCacheEntryEnv(t, func(o *serverOptions) { o.auth.DisableVirtualRegistry = true })
 	entry := e.put(e.upstream.ID, "/g/a/1/a-1.jar")
 	for _, r := range []testResp{
 		e.do(http.MethodGet, e.listPath(e.upstream.ID, ""), "root"),

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -205,7 +204,7 @@ func TestInvalidatePermissions(t *testing.T) {
 }
 
 func TestInvalidateFeatureOff(t *testing.T) {
-	e := newCacheEntryEnv(t, func(c *config.Config) { c.Features.VirtualRegistry = false })
+	e := newCacheEntryEnv(t, func(o *serverOptions) { o.auth.DisableVirtualRegistry = true })
 	entry := e.put(e.upstream.ID, "/g/a/1/a-1.jar")
 	for _, r := range []testResp{
 		e.do(http.MethodPost, invalidatePath(encodeCacheEntryID(entry.UpstreamID, entry.RelativePath)), "root"),

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"registryd/cleanup"
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -117,7 +116,7 @@ func TestCleanupPolicyAccess(t *testing.T) {
 		}
 	}
 	// The feature gate: 404 before anything else.
-	g := newCacheEntryEnv(t, func(c *config.Config) { c.Features.VirtualRegistry = false })
+	g := newCacheEntryEnv(t, func(o *serverOptions) { o.auth.DisableVirtualRegistry = true })
 	wantBody(t, g.send(http.MethodGet, g.acmePath(), "owner", ""), http.StatusNotFound, `{"message":"404 Not Found"}`)
 }
 
@@ -249,12 +248,10 @@ func TestCleanupPolicyRunNowAnswers(t *testing.T) {
 func TestCleanupPolicyRunNowInterval(t *testing.T) {
 	e := newCacheEntryEnv(t, nil)
 	e.send(http.MethodPost, e.acmePath(), "owner", "").want(t, http.StatusCreated)
-	cfg := config.Default().Cleanup
-	if cfg.RunNowInterval != time.Minute {
-		t.Fatalf("default run_now_interval %s", cfg.RunNowInterval)
-	}
 	hold := make(chan struct{})
-	sch, err := cleanup.New(cleanup.Options{Store: e.st, Config: cfg, Now: e.clock.Now, Rest: -1,
+	// RunNowInterval left zero: the scheduler's default, which is
+	// cleanup.run_now_interval's (cleanup.TestDefaultsAreConfigs).
+	sch, err := cleanup.New(cleanup.Options{Store: e.st, Now: e.clock.Now, Rest: -1,
 		BeforeRun: func() error { <-hold; return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +349,7 @@ func TestCleanupPolicyDryRunAndRunNow(t *testing.T) {
 	if m["deleted_entries_count"] != float64(3) {
 		t.Fatalf("dry run of the policy: %v", m)
 	}
-	sch, err := cleanup.New(cleanup.Options{Store: e.st, Config: config.Default().Cleanup, Now: e.clock.Now, Rest: -1})
+	sch, err := cleanup.New(cleanup.Options{Store: e.st, Now: e.clock.Now, Rest: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

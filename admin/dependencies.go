@@ -15,7 +15,7 @@ import (
 )
 
 func (s *Server) routesDependencies() {
-	ingests := make(chan struct{}, max(1, s.cfg.Admin.MaxSBOMIngests))
+	ingests := make(chan struct{}, s.opts.MaxSBOMIngests)
 	s.handle(http.MethodGet, "/api/v4/projects/{id}/dependencies", s.listDependencies)
 	s.handle(http.MethodPut, "/api/v4/projects/{id}/dependencies", func(w http.ResponseWriter, r *http.Request) error {
 		return s.putDependencies(w, r, ingests)
@@ -196,10 +196,10 @@ func (s *Server) putDependencies(w http.ResponseWriter, r *http.Request, ingests
 		return message(http.StatusUnsupportedMediaType,
 			"415 Unsupported Media Type - send the SBOM as application/vnd.cyclonedx+json, application/spdx+json or application/json")
 	}
-	limit := s.cfg.Admin.MaxSBOMBytes
+	limit := s.opts.MaxSBOMBytes
 	tooLarge := message(http.StatusRequestEntityTooLarge,
-		"413 Request Entity Too Large - the SBOM is larger than "+limit.String()+" (admin.max_sbom_bytes)")
-	if r.ContentLength > int64(limit) {
+		"413 Request Entity Too Large - the SBOM is larger than "+sizeText(limit)+" (admin.max_sbom_bytes)")
+	if r.ContentLength > limit {
 		return refuseUpload(w, r, tooLarge, false)
 	}
 	select {

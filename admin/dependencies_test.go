@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"registryd/config"
+	"registryd/auth"
 )
 
 func depsPath(e *actEnv, vis, query string) string {
@@ -95,13 +95,13 @@ func TestPutDependencies(t *testing.T) {
 }
 
 func TestPutDependenciesTooLarge(t *testing.T) {
-	e := newActEnv(t, func(c *config.Config) { c.Admin.MaxSBOMBytes = 4 * config.KiB })
+	e := newActEnv(t, func(o *serverOptions) { o.admin.MaxSBOMBytes = 4 << 10 })
 	big := `{"bomFormat":"CycloneDX","specVersion":"1.6","components":[` +
 		strings.Repeat(`{"name":"a","version":"1"},`, 500) + `{"name":"b"}]}`
 	r := e.do(http.MethodPut, depsPath(e, "private", ""), "root", strings.NewReader(big), "Content-Type", "application/json")
 	r.want(t, http.StatusRequestEntityTooLarge)
 	// Under the SBOM limit but over the general one is fine for SBOMs only.
-	e2 := newActEnv(t, func(c *config.Config) { c.Admin.MaxBodyBytes = 1 * config.KiB })
+	e2 := newActEnv(t, func(o *serverOptions) { o.admin.MaxBodyBytes = 1 << 10 })
 	e2.do(http.MethodPut, depsPath(e2, "private", ""), "root", strings.NewReader(big), "Content-Type", "application/json").
 		want(t, http.StatusOK)
 }
@@ -249,7 +249,7 @@ func TestListDependenciesFilterAndPages(t *testing.T) {
 }
 
 func TestDependenciesPlanGate(t *testing.T) {
-	e := newActEnv(t, func(c *config.Config) { c.License.Plan = config.PlanPremium })
+	e := newActEnv(t, func(o *serverOptions) { o.auth.Plan = auth.PlanPremium })
 	for _, role := range []string{"", "root", "maintainer"} {
 		for _, method := range []string{http.MethodGet, http.MethodPut} {
 			var body io.Reader

@@ -12,22 +12,30 @@ import (
 
 	"registryd/advisories"
 	"registryd/auth"
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/osv"
 	"registryd/store"
 )
 
+// serverOptions are the settings of a test server: the admin listener's,
+// and those of the auth service and the advisory importer it is wired
+// with. Left zero, they are registryd's defaults.
+type serverOptions struct {
+	admin      Options
+	auth       auth.Options
+	advisories advisories.Options
+}
+
 // newTestServer is an admin Server on a real store in a temp dir, whose root
-// user signs in with rootToken. mutate, when not nil, adjusts the config.
-func newTestServer(t *testing.T, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testclock.Clock) {
+// user signs in with rootToken. mutate, when not nil, adjusts the options.
+func newTestServer(t *testing.T, rootToken string, mutate func(*serverOptions)) (*store.Store, *Server, *testclock.Clock) {
 	t.Helper()
 	return newTestServerIn(t, t.TempDir(), rootToken, mutate)
 }
 
 // newTestServerIn is newTestServer on the database in dir, which may hold
 // one already.
-func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Config)) (*store.Store, *Server, *testclock.Clock) {
+func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*serverOptions)) (*store.Store, *Server, *testclock.Clock) {
 	t.Helper()
 	clock := testclock.New(time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC))
 	st, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now, Matcher: osv.Matcher{}})
@@ -35,17 +43,18 @@ func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*config.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg := config.Default()
-	cfg.External.URL = "http://registry.example:8081"
+	o := serverOptions{admin: Options{ExternalURL: "http://registry.example:8081"}}
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(&o)
 	}
 	reg := prometheus.NewRegistry()
-	importer, err := advisories.New(advisories.Options{Store: st, Config: cfg.Advisories, TempDir: t.TempDir(), Registerer: reg})
+	o.advisories.Store, o.advisories.TempDir, o.advisories.Registerer = st, t.TempDir(), reg
+	importer, err := advisories.New(o.advisories)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Deps{Config: cfg, Store: st, Auth: auth.New(st, cfg, clock.Now), Registerer: reg, Advisories: importer})
+	o.auth.Now = clock.Now
+	srv, err := New(Deps{Options: o.admin, Store: st, Auth: auth.New(st, o.auth), Registerer: reg, Advisories: importer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/eventimport"
 	"registryd/sbom"
 	"registryd/store"
@@ -96,7 +95,7 @@ func TestUnexpectedErrorsAnswer500(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			s := &Server{log: slog.New(slog.NewJSONHandler(&logs, nil)), cfg: config.Default()}
+			s := &Server{log: slog.New(slog.NewJSONHandler(&logs, nil)), opts: Options{}.withDefaults()}
 			var err error
 			if s.met, err = newMetrics(nil); err != nil {
 				t.Fatal(err)

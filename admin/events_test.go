@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -138,7 +137,7 @@ func TestImportEventsLarge(t *testing.T) {
 		t.Fatalf("X-Total = %s", r.header.Get("X-Total"))
 	}
 	// Over the import limit: 413 and nothing stored.
-	small := newActEnv(t, func(c *config.Config) { c.Admin.MaxSBOMBytes = 8 * config.KiB })
+	small := newActEnv(t, func(o *serverOptions) { o.admin.MaxSBOMBytes = 8 << 10 })
 	var big bytes.Buffer
 	for range 200 {
 		fmt.Fprintf(&big, `{"project_id":%d,"author_id":1,"action":"closed"}`+"\n", small.projects["public"].ID)

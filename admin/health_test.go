@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -21,7 +20,7 @@ func TestReadinessReportsTheDisk(t *testing.T) {
 	}
 	defer st.Close()
 	disk := store.DiskStatus{Filling: true}
-	srv, err := New(Deps{Config: config.Default(), Store: st, Registerer: prometheus.NewRegistry(),
+	srv, err := New(Deps{Store: st, Registerer: prometheus.NewRegistry(),
 		Disk: func() store.DiskStatus { return disk }})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -41,7 +40,7 @@ type listEnv struct {
 
 const listRootToken = "rdpat-root-token"
 
-func newListEnv(t *testing.T, mutate func(*config.Config)) *listEnv {
+func newListEnv(t *testing.T, mutate func(*serverOptions)) *listEnv {
 	t.Helper()
 	dir := t.TempDir()
 	st, srv, clock := newTestServerIn(t, dir, listRootToken, mutate)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -25,7 +24,7 @@ func bareServer(t *testing.T, d Deps) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	d.Config, d.Store = config.Default(), st
+	d.Store = st
 	if d.Registerer == nil {
 		d.Registerer = prometheus.NewRegistry()
 	}

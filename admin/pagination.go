@@ -128,5 +128,5 @@ func (s *Server) pageURL(r *http.Request, n, perPage int) string {
 			b.WriteString(url.QueryEscape(k) + "=" + url.QueryEscape(v))
 		}
 	}
-	return strings.TrimSuffix(s.cfg.External.URL, "/") + r.URL.EscapedPath() + "?" + b.String()
+	return strings.TrimSuffix(s.opts.ExternalURL, "/") + r.URL.EscapedPath() + "?" + b.String()
 }

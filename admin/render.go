@@ -77,9 +77,24 @@ func (s *Server) userSummary(u store.User) userSummary {
 
 // webURL is a link on the external URL.
 func (s *Server) webURL(path string) string {
-	base := s.cfg.External.URL
+	base := s.opts.ExternalURL
 	for len(base) > 0 && base[len(base)-1] == '/' {
 		base = base[:len(base)-1]
 	}
 	return base + "/" + path
+}
+
+// sizeText writes a limit as the configuration does ("4KiB", "64MiB",
+// "1GiB"; bytes when no unit divides it), so that a 413 names the limit in
+// the operator's words.
+func sizeText(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -351,7 +350,7 @@ func TestRulePermissions(t *testing.T) {
 }
 
 func TestRulesFeatureOff(t *testing.T) {
-	e := newCacheEntryEnv(t, func(c *config.Config) { c.Features.VirtualRegistry = false })
+	e := newCacheEntryEnv(t, func(o *serverOptions) { o.auth.DisableVirtualRegistry = true })
 	rule := e.addRule(e.upstream.ID, "deny", "group_id", "wildcard", "com.*")
 	for _, r := range []testResp{
 		e.do(http.MethodGet, rulesPath(e.upstream.ID), "root"),

@@ -7,12 +7,10 @@ import (
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/sbom/sbomtest"
 	"registryd/store"
 )
@@ -28,18 +26,18 @@ import (
 
 // sbomServer is an admin server on a real store with one project, and the
 // root token that may upload to it.
-func sbomServer(tb testing.TB, mutate func(*config.Config)) (srv *Server, path string, token string) {
+func sbomServer(tb testing.TB, mutate func(*Options)) (srv *Server, path string, token string) {
 	tb.Helper()
 	st, err := store.Open(tb.TempDir(), store.Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { st.Close() })
-	cfg := config.Default()
+	var o Options
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(&o)
 	}
-	srv, err = New(Deps{Config: cfg, Store: st, Auth: auth.New(st, cfg, time.Now), Registerer: prometheus.NewRegistry()})
+	srv, err = New(Deps{Options: o, Store: st, Auth: auth.New(st, auth.Options{}), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -136,7 +134,7 @@ func benchSBOMUpload(b *testing.B, size int64, dense bool) {
 
 func benchSBOMUploadOf(b *testing.B, write func(io.Writer) (int, error)) {
 	file, n, comps := sbomtest.LargeFileOf(b, write)
-	srv, path, token := sbomServer(b, func(c *config.Config) { c.Admin.MaxSBOMBytes = config.ByteSize(2 * n) })
+	srv, path, token := sbomServer(b, func(o *Options) { o.MaxSBOMBytes = int64(2 * n) })
 	b.Logf("SBOM %.1f MiB, %d components", float64(n)/(1<<20), comps)
 	b.SetBytes(n)
 	b.ReportAllocs()

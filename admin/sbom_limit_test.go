@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"registryd/config"
 )
 
 // unreadBody fails the test if the handler reads it.
@@ -24,7 +22,7 @@ func (b *unreadBody) Read(p []byte) (int, error) {
 // frees when an upload ends.
 func TestPutDependenciesConcurrencyLimit(t *testing.T) {
 	const limit = 2
-	e := newActEnv(t, func(c *config.Config) { c.Admin.MaxSBOMIngests = limit })
+	e := newActEnv(t, func(o *serverOptions) { o.admin.MaxSBOMIngests = limit })
 	body := fixtureBytes(t, "cyclonedx-npm-vulnerable-1.5.json")
 	type held struct {
 		pw   *io.PipeWriter
@@ -79,7 +77,7 @@ func TestPutDependenciesConcurrencyLimit(t *testing.T) {
 // its Content-Length says so, and when the stream passes the limit
 // otherwise. Nothing is stored.
 func TestPutDependenciesLimitWhileStreaming(t *testing.T) {
-	e := newActEnv(t, func(c *config.Config) { c.Admin.MaxSBOMBytes = 4 * config.KiB })
+	e := newActEnv(t, func(o *serverOptions) { o.admin.MaxSBOMBytes = 4 << 10 })
 	big := `{"bomFormat":"CycloneDX","specVersion":"1.6","components":[` +
 		strings.Repeat(`{"name":"a","version":"1"},`, 500) + `{"name":"b"}]}`
 	const want = `{"message":"413 Request Entity Too Large - the SBOM is larger than 4KiB (admin.max_sbom_bytes)"}`

@@ -11,8 +11,6 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 // streamingPut sends a PUT whose body, n bytes, is written by a goroutine
@@ -62,7 +60,7 @@ func streamingPut(t *testing.T, url, token string, n int64, hdr ...string) (*htt
 // full (drained by the server, up to admin.max_sbom_bytes), and, when it
 // sent Expect: 100-continue, without sending its body at all.
 func TestPutDependenciesLimitReadByStreamingClient(t *testing.T) {
-	e := newActEnv(t, func(c *config.Config) { c.Admin.MaxSBOMIngests = 1 })
+	e := newActEnv(t, func(o *serverOptions) { o.admin.MaxSBOMIngests = 1 })
 	srv := httptest.NewServer(e.srv)
 	t.Cleanup(srv.Close)
 	url := srv.URL + depsPath(e, "private", "")

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/upstream"
@@ -32,9 +31,42 @@ type UpstreamChecker interface {
 	Test(ctx context.Context, ep upstream.Endpoint, path string) upstream.TestResult
 }
 
+// Options are the admin listener's settings. Zero fields take the defaults
+// below, which are registryd's (config.Default).
+type Options struct {
+	// MaxBodyBytes caps request bodies of the REST API; larger ones get 413
+	// (admin.max_body_bytes). Default 4MiB.
+	MaxBodyBytes int64
+	// MaxSBOMBytes caps a dependency SBOM upload and an event import, which
+	// are streamed (admin.max_sbom_bytes). Default 64MiB.
+	MaxSBOMBytes int64
+	// MaxSBOMIngests is how many SBOM uploads are read and stored at once;
+	// one more is answered 429 with Retry-After before its body is read
+	// (admin.max_sbom_ingests). Default 2.
+	MaxSBOMIngests int
+	// ExternalURL is the base of web_url and pagination links: the address
+	// clients reach the admin API at (external.url). Default "": links
+	// carry the path only.
+	ExternalURL string
+}
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 4 << 20
+	}
+	if o.MaxSBOMBytes <= 0 {
+		o.MaxSBOMBytes = 64 << 20
+	}
+	if o.MaxSBOMIngests <= 0 {
+		o.MaxSBOMIngests = 2
+	}
+	return o
+}
+
 // Deps are the admin listener's collaborators.
 type Deps struct {
-	Config   config.Config
+	Options  Options
 	Store    *store.Store
 	Auth     *auth.Service
 	Upstream UpstreamChecker
@@ -52,7 +84,7 @@ type Deps struct {
 	// endpoint answers 503.
 	Cleanup CleanupRunner
 	// Advisories imports advisory databases; nil: those endpoints answer
-	// 503.
+	// 503. Its MaxBytes caps an upload.
 	Advisories AdvisoryImporter
 	// Disk reports whether fills write to the cache (the data volume has
 	// room), for the body of /-/readiness; nil leaves it out.
@@ -64,7 +96,7 @@ type Deps struct {
 
 // Server is the admin HTTP handler.
 type Server struct {
-	cfg    config.Config
+	opts   Options
 	st     *store.Store
 	auth   *auth.Service
 	up     UpstreamChecker
@@ -92,7 +124,7 @@ const reqIDKey ctxKey = 0
 // New builds the admin handler.
 func New(d Deps) (*Server, error) {
 	s := &Server{
-		cfg: d.Config, st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
+		opts: d.Options.withDefaults(), st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
 		cleanup: d.Cleanup, advisories: d.Advisories, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
 		version: cmp.Or(d.Version, "unknown"),
 	}
@@ -259,12 +291,12 @@ func (s *Server) wrap(route string, h handler) http.Handler {
 func (s *Server) bodyLimit(r *http.Request) int64 {
 	if (r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/dependencies")) ||
 		(r.Method == http.MethodPost && r.URL.Path == "/api/v4/admin/events") {
-		return int64(s.cfg.Admin.MaxSBOMBytes)
+		return s.opts.MaxSBOMBytes
 	}
-	if r.Method == http.MethodPost && r.URL.Path == advisoriesPath {
-		return int64(s.cfg.Advisories.MaxBytes) // spooled to disk, not held
+	if r.Method == http.MethodPost && r.URL.Path == advisoriesPath && s.advisories != nil {
+		return s.advisories.MaxBytes() // spooled to disk, not held
 	}
-	return int64(s.cfg.Admin.MaxBodyBytes)
+	return s.opts.MaxBodyBytes
 }
 
 func newRequestID() string {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
+	"registryd/auth"
 	"registryd/store"
 )
 
@@ -124,11 +124,11 @@ func TestSelfToken(t *testing.T) {
 
 func TestVersionAndMetadata(t *testing.T) {
 	for _, tc := range []struct {
-		plan       config.Plan
+		plan       auth.Plan
 		enterprise bool
-	}{{config.PlanUltimate, true}, {config.PlanPremium, true}, {config.PlanFree, false}} {
+	}{{auth.PlanUltimate, true}, {auth.PlanPremium, true}, {auth.PlanFree, false}} {
 		t.Run(string(tc.plan), func(t *testing.T) {
-			e := newListEnv(t, func(c *config.Config) { c.License.Plan = tc.plan })
+			e := newListEnv(t, func(o *serverOptions) { o.auth.Plan = tc.plan })
 			e.srv.version = "v1.4.0-3-gabcdef1"
 			_, reader := newUserWithToken(t, e.st, "reader", "Reader", store.ScopeReadUser)
 			e.tokens["reader"] = reader

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"runtime/debug"
 
-	"registryd/config"
+	"registryd/auth"
 )
 
 // GET /version and GET /metadata: GitLab's Metadata entity (since 15.5
@@ -39,7 +39,7 @@ func (s *Server) getMetadata(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v := metadataView{Version: s.version, Revision: buildRevision(),
-		Enterprise: s.cfg.License.Plan.AtLeast(config.PlanPremium)}
+		Enterprise: s.auth.Plan().AtLeast(auth.PlanPremium)}
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }

@@ -27,7 +27,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/config"
 	"registryd/osv"
 	"registryd/store"
 )
@@ -39,10 +38,25 @@ type Store interface {
 	TryLease(ctx context.Context, key string) (unlock func(), ok bool, err error)
 }
 
-// Options configure an Importer.
+// Options configure an Importer. Zero fields take the defaults below,
+// which are registryd's (config.Default).
 type Options struct {
-	Store  Store
-	Config config.Advisories
+	// Store is the index. Required.
+	Store Store
+	// Sources are the copies of OSV databases imported at start and then
+	// every RefreshInterval (advisories.sources): absolute paths (a zip
+	// archive, a directory of OSV JSON files, a file of records) or http(s)
+	// URLs. Default none: admins import through the API.
+	Sources []string
+	// RefreshInterval is how often the sources are imported again
+	// (advisories.refresh_interval). Default 24h.
+	RefreshInterval time.Duration
+	// MaxBytes caps one archive or record file, fetched or uploaded
+	// (advisories.max_bytes). Default 1GiB.
+	MaxBytes int64
+	// BatchSize is how many changed advisories one transaction writes
+	// (advisories.batch_size). Default 200.
+	BatchSize int
 	// TempDir holds spooled archives (DATA_DIR/tmp, cleared at start).
 	TempDir string
 	// Client fetches URL sources. Default: a client with a 30s header
@@ -84,12 +98,15 @@ const leaseKey = "registryd:advisories:import"
 
 // Importer imports advisory databases.
 type Importer struct {
-	st     Store
-	cfg    config.Advisories
-	tmp    string
-	client *http.Client
-	log    *slog.Logger
-	met    *metrics
+	st       Store
+	sources  []string
+	interval time.Duration // Options.RefreshInterval
+	maxBytes int64
+	batch    int // Options.BatchSize
+	tmp      string
+	client   *http.Client
+	log      *slog.Logger
+	met      *metrics
 
 	running sync.Mutex // held by the import in progress (TryLock)
 	mu      sync.Mutex
@@ -103,20 +120,16 @@ type Importer struct {
 
 type validators struct{ etag, lastModified string }
 
-// New returns an importer; Start starts the scheduled refresh.
-func New(o Options) (*Importer, error) {
-	if o.Store == nil {
-		return nil, errors.New("advisories: no store")
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.RefreshInterval <= 0 {
+		o.RefreshInterval = 24 * time.Hour
 	}
-	def := config.Default().Advisories
-	if o.Config.RefreshInterval <= 0 {
-		o.Config.RefreshInterval = def.RefreshInterval
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 1 << 30
 	}
-	if o.Config.MaxBytes <= 0 {
-		o.Config.MaxBytes = def.MaxBytes
-	}
-	if o.Config.BatchSize <= 0 {
-		o.Config.BatchSize = def.BatchSize
+	if o.BatchSize <= 0 {
+		o.BatchSize = 200
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
@@ -128,11 +141,21 @@ func New(o Options) (*Importer, error) {
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
 	}
+	return o
+}
+
+// New returns an importer; Start starts the scheduled refresh.
+func New(o Options) (*Importer, error) {
+	if o.Store == nil {
+		return nil, errors.New("advisories: no store")
+	}
+	o = o.withDefaults()
 	met, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Importer{st: o.Store, cfg: o.Config, tmp: o.TempDir, client: o.Client, log: o.Logger, met: met,
+	return &Importer{st: o.Store, sources: o.Sources, interval: o.RefreshInterval, maxBytes: o.MaxBytes,
+		batch: o.BatchSize, tmp: o.TempDir, client: o.Client, log: o.Logger, met: met,
 		seen: map[string]validators{}, stop: make(chan struct{}), wake: make(chan struct{}, 1)}, nil
 }
 
@@ -141,7 +164,7 @@ func New(o Options) (*Importer, error) {
 func (im *Importer) Start() {
 	im.mu.Lock()
 	defer im.mu.Unlock()
-	if im.started || im.stopped || len(im.cfg.AdvisorySources()) == 0 {
+	if im.started || im.stopped || len(im.sources) == 0 {
 		return
 	}
 	im.started = true
@@ -164,16 +187,17 @@ func (im *Importer) Stop() {
 }
 
 // RefreshNow asks the scheduled refresh to run at once (in the
-// background). It reports false when no source is configured.
-func (im *Importer) RefreshNow() bool {
-	if len(im.cfg.AdvisorySources()) == 0 {
-		return false
+// background). It returns how many sources the refresh imports: 0 when
+// none is configured, and then nothing runs.
+func (im *Importer) RefreshNow() int {
+	if len(im.sources) == 0 {
+		return 0
 	}
 	select {
 	case im.wake <- struct{}{}:
 	default: // one is pending already
 	}
-	return true
+	return len(im.sources)
 }
 
 func (im *Importer) loop() {
@@ -194,7 +218,7 @@ func (im *Importer) loop() {
 			}
 		}
 		im.Refresh(context.Background())
-		t.Reset(im.cfg.RefreshInterval)
+		t.Reset(im.interval)
 	}
 }
 
@@ -202,7 +226,7 @@ func (im *Importer) loop() {
 // returns their results (a failed source is logged and counted).
 func (im *Importer) Refresh(ctx context.Context) []Result {
 	var out []Result
-	for _, src := range im.cfg.AdvisorySources() {
+	for _, src := range im.sources {
 		select {
 		case <-im.stop:
 			return out
@@ -274,11 +298,11 @@ func (im *Importer) importPath(path string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	imp := store.AdvisoryImport{Source: path, Full: true, BatchSize: im.cfg.BatchSize}
+	imp := store.AdvisoryImport{Source: path, Full: true, BatchSize: im.batch}
 	if fi.IsDir() {
 		return im.run(imp, func(st *osv.Stats) iter.Seq2[*store.Advisory, error] { return osv.ReadDir(os.DirFS(path), st) })
 	}
-	if fi.Size() > int64(im.cfg.MaxBytes) {
+	if fi.Size() > im.maxBytes {
 		return Result{}, ErrTooLarge
 	}
 	f, err := os.Open(path)
@@ -356,7 +380,7 @@ func (im *Importer) importURL(ctx context.Context, src string) (Result, error) {
 	case resp.StatusCode != http.StatusOK:
 		return Result{}, fmt.Errorf("fetching %s: %s", redact(src), resp.Status)
 	}
-	if resp.ContentLength > int64(im.cfg.MaxBytes) {
+	if resp.ContentLength > im.maxBytes {
 		return Result{}, ErrTooLarge
 	}
 	f, size, err := im.spool(resp.Body)
@@ -364,7 +388,7 @@ func (im *Importer) importURL(ctx context.Context, src string) (Result, error) {
 		return Result{}, err
 	}
 	defer f.Close()
-	res, err := im.importFile(store.AdvisoryImport{Source: redact(src), Full: true, BatchSize: im.cfg.BatchSize}, f, size)
+	res, err := im.importFile(store.AdvisoryImport{Source: redact(src), Full: true, BatchSize: im.batch}, f, size)
 	if err == nil {
 		im.mu.Lock()
 		im.seen[src] = validators{etag: resp.Header.Get("ETag"), lastModified: resp.Header.Get("Last-Modified")}
@@ -383,8 +407,8 @@ func (im *Importer) spool(r io.Reader) (*os.File, int64, error) {
 		return nil, 0, err
 	}
 	os.Remove(f.Name()) // gone with the last descriptor, even after a crash
-	n, err := io.Copy(f, io.LimitReader(r, int64(im.cfg.MaxBytes)+1))
-	if err == nil && n > int64(im.cfg.MaxBytes) {
+	n, err := io.Copy(f, io.LimitReader(r, im.maxBytes+1))
+	if err == nil && n > im.maxBytes {
 		err = ErrTooLarge
 	}
 	if err != nil {
@@ -421,13 +445,13 @@ func (im *Importer) ImportUpload(ctx context.Context, u Upload) (Result, error) 
 		return Result{}, err
 	}
 	defer f.Close()
-	res, err := im.importFile(store.AdvisoryImport{Source: u.Source, Full: u.Full, BatchSize: im.cfg.BatchSize}, f, size)
+	res, err := im.importFile(store.AdvisoryImport{Source: u.Source, Full: u.Full, BatchSize: im.batch}, f, size)
 	im.count("upload", res, err)
 	return res, err
 }
 
 // MaxBytes is the largest copy an upload may send.
-func (im *Importer) MaxBytes() int64 { return int64(im.cfg.MaxBytes) }
+func (im *Importer) MaxBytes() int64 { return im.maxBytes }
 
 func outcome(err error) string {
 	switch {

@@ -12,23 +12,22 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"registryd/config"
 	"registryd/osv"
 	"registryd/store"
 )
 
-func newImporter(t *testing.T, mutate func(*config.Advisories)) (*Importer, *store.Store) {
+func newImporter(t *testing.T, mutate func(*Options)) (*Importer, *store.Store) {
 	t.Helper()
 	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Matcher: osv.Matcher{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg := config.Default().Advisories
+	o := Options{Store: st, TempDir: t.TempDir()}
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(&o)
 	}
-	im, err := New(Options{Store: st, Config: cfg, TempDir: t.TempDir()})
+	im, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +56,7 @@ func TestRefreshPaths(t *testing.T) {
 	if err := os.WriteFile(file, nd.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	im, st := newImporter(t, func(c *config.Advisories) { c.Sources = fixtureDir("go") + "," + file })
+	im, st := newImporter(t, func(o *Options) { o.Sources = []string{fixtureDir("go"), file} })
 	res := im.Refresh(context.Background())
 	if len(res) != 2 || res[0].Added != 7 || res[0].Skipped != 1 || res[1].Added != 2 || !res[1].Complete {
 		t.Fatalf("first refresh %+v", res)
@@ -90,7 +89,7 @@ func TestRefreshURL(t *testing.T) {
 		w.Write(raw)
 	}))
 	defer srv.Close()
-	im, _ := newImporter(t, func(c *config.Advisories) { c.Sources = srv.URL + "/osv/npm.json" })
+	im, _ := newImporter(t, func(o *Options) { o.Sources = []string{srv.URL + "/osv/npm.json"} })
 	if res := im.Refresh(context.Background()); len(res) != 1 || res[0].Added != 1 {
 		t.Fatalf("first refresh %+v", res)
 	}
@@ -100,7 +99,7 @@ func TestRefreshURL(t *testing.T) {
 }
 
 func TestImportUploadBounds(t *testing.T) {
-	im, st := newImporter(t, func(c *config.Advisories) { c.MaxBytes = 1 * config.MiB })
+	im, st := newImporter(t, func(o *Options) { o.MaxBytes = 1 << 20 })
 	_, err := im.ImportUpload(context.Background(), Upload{Source: "up", Body: strings.NewReader(strings.Repeat(" ", 1<<20+1))})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over max_bytes: %v", err)

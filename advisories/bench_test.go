@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/osv"
 	"registryd/sbom/sbomtest"
 	"registryd/store"
@@ -93,7 +92,7 @@ func benchImport(b *testing.B, src string) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		st := benchStore(b)
-		im, err := New(Options{Store: st, Config: config.Advisories{Sources: src}, TempDir: b.TempDir()})
+		im, err := New(Options{Store: st, Sources: []string{src}, TempDir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}

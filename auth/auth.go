@@ -16,9 +16,71 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
-	"registryd/config"
 	"registryd/store"
 )
+
+// Plan is the licence tier registryd behaves as (license.plan): it gates
+// what GitLab sells in its Premium and Ultimate tiers.
+type Plan string
+
+// The licence tiers, lowest first.
+const (
+	PlanFree     Plan = "free"
+	PlanPremium  Plan = "premium"
+	PlanUltimate Plan = "ultimate"
+)
+
+// AtLeast reports whether p is the tier min or a higher one. A plan that is
+// none of the tiers is below them all.
+func (p Plan) AtLeast(min Plan) bool { return p.rank() >= min.rank() }
+
+func (p Plan) rank() int {
+	switch p {
+	case PlanFree:
+		return 1
+	case PlanPremium:
+		return 2
+	case PlanUltimate:
+		return 3
+	}
+	return 0
+}
+
+// Options configure a Service. Zero fields take the defaults below, which
+// are registryd's (config.Default).
+type Options struct {
+	// CacheTTL is how long a token or permission decision is cached
+	// (auth.cache_ttl). Default 60s.
+	CacheTTL time.Duration
+	// CacheSize is how many decisions of each kind are cached
+	// (auth.cache_size). Default 10000.
+	CacheSize int
+	// Plan is the licence tier (license.plan). Default PlanUltimate.
+	Plan Plan
+	// DisableVirtualRegistry switches the Maven virtual registry off
+	// whatever the plan (features.virtual_registry false). Default false:
+	// on from PlanPremium up.
+	DisableVirtualRegistry bool
+	// Now is the clock of token expiry; tests inject one. Default time.Now.
+	Now func() time.Time
+}
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = 60 * time.Second
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = 10000
+	}
+	if o.Plan == "" {
+		o.Plan = PlanUltimate
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
 
 // Kind says what sort of credential authenticated a principal.
 type Kind uint8
@@ -125,7 +187,10 @@ var ErrUnauthorized = errors.New("unauthorized")
 type Service struct {
 	st  *store.Store
 	now func() time.Time
-	cfg config.Config
+	// plan and virtualRegistry are the licence and feature gates
+	// (Options.Plan, Options.DisableVirtualRegistry).
+	plan            Plan
+	virtualRegistry bool
 
 	principals *expirable.LRU[principalKey, principalEntry]
 	levels     *expirable.LRU[levelKey, levelEntry]
@@ -156,15 +221,13 @@ type levelEntry struct {
 	level int
 }
 
-// New returns a Service. now may be nil for time.Now.
-func New(st *store.Store, cfg config.Config, now func() time.Time) *Service {
-	if now == nil {
-		now = time.Now
-	}
+// New returns a Service; zero Options fields take the defaults above.
+func New(st *store.Store, o Options) *Service {
+	o = o.withDefaults()
 	return &Service{
-		st: st, now: now, cfg: cfg,
-		principals: expirable.NewLRU[principalKey, principalEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
-		levels:     expirable.NewLRU[levelKey, levelEntry](cfg.Auth.CacheSize, nil, cfg.Auth.CacheTTL),
+		st: st, now: o.Now, plan: o.Plan, virtualRegistry: !o.DisableVirtualRegistry,
+		principals: expirable.NewLRU[principalKey, principalEntry](o.CacheSize, nil, o.CacheTTL),
+		levels:     expirable.NewLRU[levelKey, levelEntry](o.CacheSize, nil, o.CacheTTL),
 	}
 }
 
@@ -353,13 +416,17 @@ func (s *Service) CanSeeProject(p Principal, pr store.Project) bool {
 // VirtualRegistryEnabled reports whether the licence and the feature flag
 // allow the virtual registry.
 func (s *Service) VirtualRegistryEnabled() bool {
-	return s.cfg.Features.VirtualRegistry && s.cfg.License.Plan.AtLeast(config.PlanPremium)
+	return s.virtualRegistry && s.plan.AtLeast(PlanPremium)
 }
 
 // DependencyListEnabled reports whether the licence allows the dependency list.
 func (s *Service) DependencyListEnabled() bool {
-	return s.cfg.License.Plan.AtLeast(config.PlanUltimate)
+	return s.plan.AtLeast(PlanUltimate)
 }
+
+// Plan is the licence tier, for the gates the listeners keep themselves
+// (audit events, the Enterprise flag of /metadata).
+func (s *Service) Plan() Plan { return s.plan }
 
 // NewTokenValue returns a fresh random token value with the given prefix
 // ("rdpat-" for personal, "rddt-" for deploy tokens).

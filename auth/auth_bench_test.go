@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"testing"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -25,7 +24,7 @@ func BenchmarkAuthenticateBasic(b *testing.B) {
 	if _, err := st.CreateToken(store.NewToken{UserID: u.ID, Name: "t", Scopes: []string{store.ScopeReadVirtualRegistry}, Plain: plain}); err != nil {
 		b.Fatal(err)
 	}
-	svc := New(st, config.Default(), nil)
+	svc := New(st, Options{})
 	header := "Basic " + base64.StdEncoding.EncodeToString([]byte("ci:"+plain))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -34,7 +33,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	w := &world{st: st, clk: clk, svc: New(st, config.Default(), clk.Now),
+	w := &world{st: st, clk: clk, svc: New(st, Options{Now: clk.Now}),
 		users: map[string]store.User{}, tokens: map[string]string{}}
 	if w.acme, err = st.CreateGroup(store.NewGroup{Name: "acme", Path: "acme"}); err != nil {
 		t.Fatal(err)
@@ -478,27 +477,42 @@ func TestCanSeeProject(t *testing.T) {
 
 func TestGates(t *testing.T) {
 	tests := []struct {
-		plan           config.Plan
+		plan           Plan
 		feature        bool
 		vr, dependency bool
 	}{
-		{config.PlanFree, true, false, false},
-		{config.PlanPremium, true, true, false},
-		{config.PlanUltimate, true, true, true},
-		{config.PlanUltimate, false, false, true},
-		{config.PlanPremium, false, false, false},
+		{PlanFree, true, false, false},
+		{PlanPremium, true, true, false},
+		{PlanUltimate, true, true, true},
+		{PlanUltimate, false, false, true},
+		{PlanPremium, false, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.plan)+map[bool]string{true: "+vr", false: "-vr"}[tc.feature], func(t *testing.T) {
-			cfg := config.Default()
-			cfg.License.Plan = tc.plan
-			cfg.Features.VirtualRegistry = tc.feature
-			s := New(nil, cfg, nil)
+			s := New(nil, Options{Plan: tc.plan, DisableVirtualRegistry: !tc.feature})
 			if s.VirtualRegistryEnabled() != tc.vr || s.DependencyListEnabled() != tc.dependency {
 				t.Fatalf("virtual registry %v, dependency list %v; want %v, %v",
 					s.VirtualRegistryEnabled(), s.DependencyListEnabled(), tc.vr, tc.dependency)
 			}
 		})
+	}
+}
+
+func TestPlanAtLeast(t *testing.T) {
+	tests := []struct {
+		p, min Plan
+		want   bool
+	}{
+		{PlanFree, PlanPremium, false},
+		{PlanPremium, PlanPremium, true},
+		{PlanUltimate, PlanPremium, true},
+		{PlanPremium, PlanUltimate, false},
+		{"gold", PlanFree, false},
+	}
+	for _, tc := range tests {
+		if got := tc.p.AtLeast(tc.min); got != tc.want {
+			t.Errorf("%s.AtLeast(%s) = %v", tc.p, tc.min, got)
+		}
 	}
 }
 

@@ -23,7 +23,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/config"
 	"registryd/internal/clusterjob"
 	"registryd/internal/every"
 	"registryd/store"
@@ -43,10 +42,23 @@ type Store interface {
 	TryLease(ctx context.Context, key string) (unlock func(), ok bool, err error)
 }
 
-// Options configure a Scheduler.
+// Options configure a Scheduler. Zero fields take the defaults below,
+// which are registryd's (config.Default).
 type Options struct {
-	Store  Store
-	Config config.Cleanup
+	// Store is the index. Required.
+	Store Store
+	// CheckInterval is how often the scheduler looks for policies that are
+	// due, and for runs a crash or a stop cut short (cleanup.check_interval).
+	// Default 1m.
+	CheckInterval time.Duration
+	// BatchSize is how many cache entries one transaction of a run deletes
+	// at most (cleanup.batch_size). Default 500.
+	BatchSize int
+	// RunNowInterval is the shortest time between the start of a group's
+	// last run and a run now (cleanup.run_now_interval): one asked for
+	// sooner is a *store.CleanupTooSoonError. Default 1m; negative sets no
+	// bound.
+	RunNowInterval time.Duration
 	// Now is the clock that says which policies are due; it should be the
 	// store's (store.Options.Now). Default time.Now.
 	Now    func() time.Time
@@ -80,7 +92,9 @@ const failureMessage = "Failed to execute cleanup policy: the index could not be
 // Scheduler runs cleanup policies.
 type Scheduler struct {
 	st        Store
-	cfg       config.Cleanup
+	check     time.Duration // Options.CheckInterval
+	batchSize int           // Options.BatchSize
+	runNowMin time.Duration // Options.RunNowInterval; 0: no bound
 	now       func() time.Time
 	log       *slog.Logger
 	met       *metrics
@@ -101,16 +115,16 @@ type Scheduler struct {
 	afterBatch func(store.CleanupBatch)
 }
 
-// New returns a scheduler; Start starts its checks.
-func New(o Options) (*Scheduler, error) {
-	if o.Store == nil {
-		return nil, errors.New("cleanup: no store")
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.CheckInterval <= 0 {
+		o.CheckInterval = time.Minute
 	}
-	if o.Config.CheckInterval <= 0 {
-		o.Config.CheckInterval = config.Default().Cleanup.CheckInterval
+	if o.BatchSize <= 0 {
+		o.BatchSize = 500
 	}
-	if o.Config.BatchSize <= 0 {
-		o.Config.BatchSize = config.Default().Cleanup.BatchSize
+	if o.RunNowInterval == 0 {
+		o.RunNowInterval = time.Minute
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -121,11 +135,20 @@ func New(o Options) (*Scheduler, error) {
 	if o.Rest == 0 {
 		o.Rest = 1
 	}
+	return o
+}
+
+// New returns a scheduler; Start starts its checks.
+func New(o Options) (*Scheduler, error) {
+	if o.Store == nil {
+		return nil, errors.New("cleanup: no store")
+	}
+	o = o.withDefaults()
 	met, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Scheduler{st: o.Store, cfg: o.Config, now: o.Now, log: o.Logger, met: met, beforeRun: o.BeforeRun,
+	return &Scheduler{st: o.Store, check: o.CheckInterval, batchSize: o.BatchSize, runNowMin: max(o.RunNowInterval, 0), now: o.Now, log: o.Logger, met: met, beforeRun: o.BeforeRun,
 		rest: max(o.Rest, 0), active: map[int64]bool{}, leases: map[int64]func(){}, stop: make(chan struct{}),
 		slots: make(chan struct{}, MaxConcurrentRuns)}, nil
 }
@@ -143,7 +166,7 @@ func (s *Scheduler) Start() {
 	s.loop.Add(1)
 	go func() {
 		defer s.loop.Done()
-		every.TickNow(s.stop, s.cfg.CheckInterval, s.Tick)
+		every.TickNow(s.stop, s.check, s.Tick)
 	}()
 }
 
@@ -325,7 +348,7 @@ func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.Clea
 	// The store checks the interval again, in the transaction that starts
 	// the run: two nodes asked at once start one run.
 	p, err := s.st.StartCleanupRun(group, store.CleanupStart{AuthorID: authorID, AuthorName: authorName,
-		MinInterval: s.cfg.RunNowInterval})
+		MinInterval: s.runNowMin})
 	if err != nil {
 		s.release(group)
 		s.runs.Done()
@@ -343,7 +366,7 @@ func (s *Scheduler) RunNow(group, authorID int64, authorName string) (store.Clea
 // whose last run started within cleanup.run_now_interval a
 // *store.CleanupTooSoonError. Without an interval it reads nothing.
 func (s *Scheduler) runNowAllowed(group int64) error {
-	if s.cfg.RunNowInterval <= 0 {
+	if s.runNowMin <= 0 {
 		return nil
 	}
 	p, err := s.st.CleanupPolicy(group)
@@ -353,7 +376,7 @@ func (s *Scheduler) runNowAllowed(group int64) error {
 	if p.Status == store.CleanupRunning {
 		return store.ErrCleanupRunning
 	}
-	return p.TooSoon(s.now(), s.cfg.RunNowInterval)
+	return p.TooSoon(s.now(), s.runNowMin)
 }
 
 // execute carries out the started run of p and releases its claim.
@@ -385,7 +408,7 @@ func (s *Scheduler) execute(p store.CleanupPolicy) {
 			return
 		}
 		batchStart := time.Now()
-		b, err := s.st.CleanupRunBatch(group, s.cfg.BatchSize)
+		b, err := s.st.CleanupRunBatch(group, s.batchSize)
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCleanupNotRunning) {
 			s.ended(p, run, "deleted", "")
 			return

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -94,7 +93,7 @@ func (e *env) scheduler(batch int, st Store) *Scheduler {
 		st = e.st
 	}
 	e.reg = prometheus.NewRegistry()
-	s, err := New(Options{Store: st, Config: config.Cleanup{CheckInterval: time.Minute, BatchSize: batch},
+	s, err := New(Options{Store: st, CheckInterval: time.Minute, BatchSize: batch, RunNowInterval: -1,
 		Now: e.clock.Now, Registerer: e.reg, Rest: -1})
 	if err != nil {
 		e.t.Fatal(err)
@@ -511,7 +510,7 @@ func TestRunNowInterval(t *testing.T) {
 	e.clock.Advance(20 * day)
 	cs := &countingStore{Store: e.st}
 	s := e.scheduler(100, cs)
-	s.cfg.RunNowInterval = time.Minute
+	s.runNowMin = time.Minute
 	hold := make(chan struct{})
 	s.beforeRun = func() error { <-hold; return nil }
 	must[store.CleanupPolicy](t)(s.RunNow(e.acme.ID, 1, "Administrator"))
@@ -612,7 +611,7 @@ func TestHitsUnharmedDuringLargeRun(t *testing.T) {
 	}
 	must[store.CleanupPolicy](t)(st.CreateCleanupPolicy(g.ID, store.CleanupPolicyPatch{Enabled: ptr(true)}))
 	c.Advance(8 * day)
-	s, err := New(Options{Store: st, Config: config.Cleanup{CheckInterval: time.Minute, BatchSize: 500}, Now: c.Now})
+	s, err := New(Options{Store: st, CheckInterval: time.Minute, BatchSize: 500, RunNowInterval: -1, Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,10 @@
 // Package config holds registryd's one configuration struct: embedded defaults,
 // an optional YAML file, REGISTRYD_<SECTION>_<KEY> environment overrides, and a
 // Validate that reports every problem at once.
+//
+// Only cmd (and bench, which writes configurations for the daemons it
+// starts) imports it: each component takes Options of its own, which
+// cmd/registryd/options.go fills from the validated Config.
 package config
 
 import (
@@ -25,9 +29,6 @@ const (
 	PlanPremium  Plan = "premium"
 	PlanUltimate Plan = "ultimate"
 )
-
-// AtLeast reports whether p is the tier min or a higher one.
-func (p Plan) AtLeast(min Plan) bool { return p.rank() >= min.rank() }
 
 func (p Plan) rank() int {
 	switch p {

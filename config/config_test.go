@@ -474,24 +474,6 @@ func TestDecodeKey(t *testing.T) {
 	}
 }
 
-func TestPlanAtLeast(t *testing.T) {
-	tests := []struct {
-		p, min Plan
-		want   bool
-	}{
-		{PlanFree, PlanPremium, false},
-		{PlanPremium, PlanPremium, true},
-		{PlanUltimate, PlanPremium, true},
-		{PlanPremium, PlanUltimate, false},
-		{"gold", PlanFree, false},
-	}
-	for _, tc := range tests {
-		if got := tc.p.AtLeast(tc.min); got != tc.want {
-			t.Errorf("%s.AtLeast(%s) = %v", tc.p, tc.min, got)
-		}
-	}
-}
-
 func TestMaxSBOMIngests(t *testing.T) {
 	if got := Default().Admin.MaxSBOMIngests; got != 2 {
 		t.Fatalf("default admin.max_sbom_ingests = %d, want 2", got)

@@ -34,7 +34,7 @@ func seedOld(t *testing.T, dataDir string, upstream int64, at time.Time, files m
 		t.Fatal(err)
 	}
 	defer st.Close()
-	blobs, err := store.OpenBlobs(dataDir)
+	blobs, err := store.OpenBlobs(dataDir, store.BlobOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

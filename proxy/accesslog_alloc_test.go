@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"registryd/config"
 )
 
 // TestAccessLogAllocations: encoding and queueing a line allocates nothing
@@ -35,7 +33,7 @@ func TestAccessLogAllocations(t *testing.T) {
 		l.close()
 	}
 
-	e := newEnv(t, func(c *config.Config) { c.Proxy.AccessLogPath = filepath.Join(t.TempDir(), "access.log") })
+	e := newEnv(t, func(o *envOptions) { o.accessLogPath = filepath.Join(t.TempDir(), "access.log") })
 	up := newFakeUpstream(t)
 	up.set(jarPath, fakeFile{body: jarBytes(jarPath, 1024)})
 	e.upstream(up.URL, nil, nil)

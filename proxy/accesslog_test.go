@@ -17,8 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
-
-	"registryd/config"
 )
 
 // fullRecord has every field set; accessTime is in a non-UTC zone so the
@@ -457,7 +455,7 @@ func TestNilAccessLogIsOff(t *testing.T) {
 // request never reach it.
 func TestAccessLogOfRequests(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	e := newEnv(t, func(c *config.Config) { c.Proxy.AccessLogPath = path; c.Log.Format = "json" })
+	e := newEnv(t, func(o *envOptions) { o.accessLogPath = path; o.Listener.AccessLogJSON = true })
 	up := newFakeUpstream(t)
 	up.set(jarPath, fakeFile{body: jarBytes(jarPath, 1024)})
 	up.set("org/x/broken/1/broken-1.pom", fakeFile{status: 500})
@@ -547,14 +545,14 @@ func TestAccessLogOfRequests(t *testing.T) {
 	}
 }
 
-// TestAccessLogOffByConfig: proxy.access_log false writes nothing even with
-// a destination.
-func TestAccessLogOffByConfig(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "access.log")
-	e := newEnv(t, func(c *config.Config) { c.Proxy.AccessLogPath = path; c.Proxy.AccessLog = false })
+// TestAccessLogOffWithoutWriter: without an access log writer (main gives
+// none while proxy.access_log is false, TestAccessLogOffByConfig) the
+// listener writes none.
+func TestAccessLogOffWithoutWriter(t *testing.T) {
+	e := newEnv(t)
 	e.do("GET", "/1/x.jar", nil).expect(t, 401)
 	if e.srv.alog != nil {
-		t.Fatal("an access log although proxy.access_log is false")
+		t.Fatal("an access log without a writer")
 	}
 }
 
@@ -596,9 +594,9 @@ func BenchmarkAccessLog(b *testing.B) {
 func BenchmarkHitAccessLog(b *testing.B) {
 	for _, on := range []bool{false, true} {
 		b.Run(map[bool]string{false: "off", true: "file"}[on], func(b *testing.B) {
-			e := newEnv(b, func(c *config.Config) {
+			e := newEnv(b, func(o *envOptions) {
 				if on {
-					c.Proxy.AccessLogPath = filepath.Join(b.TempDir(), "access.log")
+					o.accessLogPath = filepath.Join(b.TempDir(), "access.log")
 				}
 			})
 			up := newFakeUpstream(b)

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/internal/clusterjob"
 	"registryd/internal/redact"
 	"registryd/maven"
@@ -70,12 +69,12 @@ type deniedFile struct {
 	rel   string // key.rel as events show it: credentials redacted
 }
 
-func newAuditQueue(s *Server, cfg config.Audit, reg prometheus.Registerer) (*auditQueue, error) {
+func newAuditQueue(s *Server, o AuditOptions, reg prometheus.Registerer) (*auditQueue, error) {
 	seen, err := simplelru.NewLRU[denialKey, time.Time](auditSeenSize, nil)
 	if err != nil {
 		return nil, err
 	}
-	limits, err := newAuditLimits(cfg.CallerDenialsPerMinute, cfg.RegistryDenialsPerMinute)
+	limits, err := newAuditLimits(o.CallerDenialsPerMinute, o.RegistryDenialsPerMinute)
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +82,7 @@ func newAuditQueue(s *Server, cfg config.Audit, reg prometheus.Registerer) (*aud
 	if err != nil {
 		return nil, err
 	}
-	interval := cfg.AggregateInterval
-	if interval <= 0 {
-		interval = config.Default().Audit.AggregateInterval
-	}
-	return &auditQueue{s: s, ch: make(chan deniedFile, auditQueueLen), interval: interval, met: met, seen: seen,
+	return &auditQueue{s: s, ch: make(chan deniedFile, auditQueueLen), interval: o.AggregateInterval, met: met, seen: seen,
 		limits: limits, aggs: auditAggregates{max: auditAggregatesMax}}, nil
 }
 

@@ -24,12 +24,8 @@ const (
 	auditExpireInterval = 10 * time.Minute
 )
 
-// ExpireAuditOnce deletes the audit events older than audit.retention (0:
-// none), until none is left, and returns how many it deleted.
-func (s *Server) ExpireAuditOnce() (int, error) { return s.expireAudit(nil) }
-
 func (s *Server) expireAudit(stop <-chan struct{}) (int, error) {
-	retention := s.cfg.Audit.Retention
+	retention := s.opts.Audit.Retention
 	if retention <= 0 {
 		return 0, nil
 	}
@@ -83,7 +79,7 @@ func (s *Server) auditRetention(stop, done chan struct{}) {
 // startAuditRetention starts the retention job when audit.retention is
 // set. Call with s.bgMu held.
 func (s *Server) startAuditRetention() {
-	if s.cfg.Audit.Retention <= 0 || s.retentionStop != nil {
+	if s.opts.Audit.Retention <= 0 || s.retentionStop != nil {
 		return
 	}
 	s.retentionStop, s.retentionDone = make(chan struct{}), make(chan struct{})

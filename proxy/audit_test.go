@@ -15,7 +15,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/internal/redact"
 	"registryd/store"
 )
@@ -112,7 +111,7 @@ func TestAuditDenialFlood(t *testing.T) {
 		Scopes: []string{store.ScopeReadVirtualRegistry}, Plain: deployTok}); err != nil {
 		t.Fatal(err)
 	}
-	budget := e.cfg.Audit.CallerDenialsPerMinute
+	budget := e.srv.opts.Audit.CallerDenialsPerMinute
 	const flood, workers = 2000, 4
 
 	half := make(chan struct{})
@@ -201,7 +200,7 @@ func TestAuditDenialFlood(t *testing.T) {
 // their own aggregate), and a caller past their own budget is aggregated in
 // another registry too, whose budget stays for its other callers.
 func TestAuditRegistryBudget(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Audit.CallerDenialsPerMinute, c.Audit.RegistryDenialsPerMinute = 5, 12 })
+	e := newEnv(t, func(o *envOptions) { o.Audit.CallerDenialsPerMinute, o.Audit.RegistryDenialsPerMinute = 5, 12 })
 	up := newFakeUpstream(t)
 	e.refusingUpstream(e.registry, up.URL)
 	second, err := e.st.CreateRegistry(e.group.ID, "second", "")
@@ -290,7 +289,7 @@ func TestAuditCallerOf(t *testing.T) {
 // [redacted] where the token was, and the rest of the path as asked.
 func TestAuditRedactsTokensInPaths(t *testing.T) {
 	const secret = "Tok3nValue0123456789abcdef"
-	e := newEnv(t, func(c *config.Config) { c.Audit.CallerDenialsPerMinute, c.Audit.RegistryDenialsPerMinute = 2, 100 })
+	e := newEnv(t, func(o *envOptions) { o.Audit.CallerDenialsPerMinute, o.Audit.RegistryDenialsPerMinute = 2, 100 })
 	up := newFakeUpstream(t)
 	e.refusingUpstream(e.registry, up.URL)
 	for _, p := range []string{
@@ -332,7 +331,7 @@ func TestAuditRedactsTokensInPaths(t *testing.T) {
 // Past the table of aggregates, refusals are still counted: in one event
 // of the instance, which names no caller.
 func TestAuditAggregatesFull(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Audit.CallerDenialsPerMinute, c.Audit.RegistryDenialsPerMinute = 1, 2 })
+	e := newEnv(t, func(o *envOptions) { o.Audit.CallerDenialsPerMinute, o.Audit.RegistryDenialsPerMinute = 1, 2 })
 	e.srv.audit.mu.Lock()
 	e.srv.audit.aggs.max = 2
 	e.srv.audit.mu.Unlock()
@@ -364,7 +363,7 @@ func TestAuditAggregatesFull(t *testing.T) {
 // drops them.
 func TestAuditQueueFull(t *testing.T) {
 	const n = auditQueueLen + 76
-	e := newEnv(t, func(c *config.Config) { c.Audit.CallerDenialsPerMinute, c.Audit.RegistryDenialsPerMinute = 5000, 5001 })
+	e := newEnv(t, func(o *envOptions) { o.Audit.CallerDenialsPerMinute, o.Audit.RegistryDenialsPerMinute = 5000, 5001 })
 	up := newFakeUpstream(t)
 	e.refusingUpstream(e.registry, up.URL)
 	// The writer is not started: the queue fills.
@@ -387,7 +386,7 @@ func TestAuditQueueFull(t *testing.T) {
 // younger ones, by the injected clock; 0 keeps everything.
 func TestAuditRetention(t *testing.T) {
 	const retention = 30 * 24 * time.Hour
-	e := newEnv(t, func(c *config.Config) { c.Audit.Retention = retention })
+	e := newEnv(t, func(o *envOptions) { o.Audit.Retention = retention })
 	now := e.clock.Now()
 	ev := func(age time.Duration, file string) store.AuditEvent {
 		return store.AuditEvent{EventName: store.AuditUpstreamArtifactDenied, EntityType: store.AuditEntityGroup,
@@ -428,7 +427,7 @@ func TestAuditRetention(t *testing.T) {
 		t.Fatalf("left %q", got)
 	}
 
-	forever := newEnv(t, func(c *config.Config) { c.Audit.Retention = 0 })
+	forever := newEnv(t, func(o *envOptions) { o.Audit.Retention = -1 }) // audit.retention 0: forever
 	if _, err := forever.st.RecordAudit(store.AuditEvent{EventName: store.AuditUpstreamArtifactDenied,
 		EntityType: store.AuditEntityGroup, EntityID: forever.group.ID, CreatedAt: now.Add(-10 * 365 * 24 * time.Hour)}); err != nil {
 		t.Fatal(err)

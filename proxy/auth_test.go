@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"registryd/config"
+	"registryd/auth"
 	"registryd/store"
 )
 
@@ -155,10 +155,10 @@ func TestDownloadAuth(t *testing.T) {
 func TestFeatureGates(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		opt  func(*config.Config)
+		opt  func(*envOptions)
 	}{
-		{"feature flag off", func(c *config.Config) { c.Features.VirtualRegistry = false }},
-		{"free plan", func(c *config.Config) { c.License.Plan = config.PlanFree }},
+		{"feature flag off", func(o *envOptions) { o.auth.DisableVirtualRegistry = true }},
+		{"free plan", func(o *envOptions) { o.auth.Plan = auth.PlanFree }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, c.opt)

@@ -118,10 +118,6 @@ const collectBatch = 512
 // load was never destroyed.
 const collectRest = 1
 
-// CollectOnce runs the collector until no entry waits for destruction (or
-// an error).
-func (s *Server) CollectOnce() (store.CollectResult, error) { return s.collect(nil, 0) }
-
 // collect runs batches until no entry waits, stop is closed, batches (when
 // not 0) have run, or an error. On a cluster one node at a time collects
 // (cluster.go, jobLease): a node that finds the job's lease held skips the
@@ -174,7 +170,7 @@ func (s *Server) collect(stop <-chan struct{}, batches int) (store.CollectResult
 // when a delete or purge commits (store.CollectWanted), until stop closes.
 func (s *Server) collector(stop, done chan struct{}) {
 	defer close(done)
-	every.TickOrWake(stop, s.st.CollectWanted(), s.cfg.Cache.CollectInterval, func() {
+	every.TickOrWake(stop, s.st.CollectWanted(), s.opts.Cache.CollectInterval, func() {
 		if _, err := s.collect(stop, 0); err != nil {
 			if store.IsDiskFull(err) {
 				s.backgroundFailed("collecting cache entries", err)
@@ -189,7 +185,7 @@ func (s *Server) collector(stop, done chan struct{}) {
 // closes.
 func (s *Server) flusher(stop, done chan struct{}) {
 	defer close(done)
-	every.Tick(stop, s.cfg.Cache.FlushInterval, func() {
+	every.Tick(stop, s.opts.Cache.FlushInterval, func() {
 		if err := s.FlushDownloads(); err != nil {
 			s.backgroundFailed("flushing download counts", err)
 		}

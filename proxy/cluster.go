@@ -71,7 +71,7 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 	}
 	// The wait has its own fill timeout: a fill that waited for another
 	// node's (failed) fill still has the whole of its own.
-	ctx, cancel := context.WithTimeout(s.fillCtx, s.cfg.Upstreams.FillTimeout)
+	ctx, cancel := context.WithTimeout(s.fillCtx, s.opts.Upstreams.FillTimeout)
 	defer cancel()
 	// A fill's publish takes a second lock (the blob's) while it holds
 	// its lease, each on its own connection of the engine's capped lock

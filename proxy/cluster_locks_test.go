@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/testsvc"
 	"registryd/store"
 	"registryd/store/kv/pgkv"
@@ -30,7 +29,7 @@ func TestClusterLockPoolNotExhausted(t *testing.T) {
 		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20,
 			Lock: func(ctx context.Context, key string) (func(), error) { return st.Lease(ctx, key) }})
 	})
-	e := newEnvStore(t, store.Options{Engine: db}, func(c *config.Config) { c.Store.Postgres.MaxLocks = 2 })
+	e := newEnvStore(t, store.Options{Engine: db}, func(o *envOptions) { o.Cache.MaxLocks = 2 })
 	envBlobOpeners.Delete(t)
 	st = e.st
 	up := newFakeUpstream(t)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/fakecluster"
 	"registryd/store"
 	"registryd/upstream"
@@ -18,7 +17,7 @@ import (
 // clusterEnv is an env whose store is node "a" of a fake cluster; the
 // test plays the other nodes through the broker (their leases) and through
 // the same store and blob directory (what they write).
-func clusterEnv(t *testing.T, opts ...func(*config.Config)) (*env, *fakecluster.Broker, *fakecluster.Node) {
+func clusterEnv(t *testing.T, opts ...func(*envOptions)) (*env, *fakecluster.Broker, *fakecluster.Node) {
 	t.Helper()
 	b := fakecluster.New()
 	t.Cleanup(b.Close)
@@ -215,7 +214,7 @@ func TestClusterRevalidatedElsewhere(t *testing.T) {
 // while another node holds the job's lease, and run once it is free.
 func TestClusterJobsSkipped(t *testing.T) {
 	const size = 200 << 10
-	e, b, _ := clusterEnv(t, func(c *config.Config) { c.Cache.MaxBytes = 1 << 20; c.Cache.MinFreeFraction = 0 })
+	e, b, _ := clusterEnv(t, func(o *envOptions) { o.Cache.MaxBytes = 1 << 20; o.Cache.MinFreeFraction = 0 })
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	paths, _ := e.evictFiles(up, 6, size)

@@ -4,14 +4,12 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 // TestCollectorWakesOnPurge: a purge is collected at once, not at the next
 // cache.collect_interval (an hour here), batch after batch until done.
 func TestCollectorWakesOnPurge(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Cache.CollectInterval = time.Hour })
+	e := newEnv(t, func(o *envOptions) { o.Cache.CollectInterval = time.Hour })
 	up := newFakeUpstream(t)
 	paths := []string{jarPath, "org/example/lib/1.0/lib-1.0.pom"}
 	for _, p := range paths {

@@ -231,7 +231,7 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 	staleCopy := func() bool {
 		in.stored(e, s.blobs)
 		in.stale = true
-		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		in.until(now.Add(s.opts.Metadata.PartialTTL))
 		return true
 	}
 	if s.keepStale(up, rel) {
@@ -279,7 +279,7 @@ func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool
 	if t.err != nil {
 		in.err = t.err
 		if t.until.IsZero() {
-			t.until = now.Add(s.cfg.Metadata.PartialTTL)
+			t.until = now.Add(s.opts.Metadata.PartialTTL)
 		}
 		in.until(t.until)
 		return true
@@ -303,7 +303,7 @@ func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool
 		return true
 	}
 	in.err = f.err
-	in.until(now.Add(s.cfg.Metadata.PartialTTL))
+	in.until(now.Add(s.opts.Metadata.PartialTTL))
 	f.release()
 	return true
 }
@@ -329,7 +329,7 @@ var errDocTooLarge = &refusedError{label: refusedAnswer, reason: "document large
 // its fill is refused as that upstream's answer (remembered a while, so it
 // is not fetched again meanwhile), whoever asked for it.
 func (s *Server) fillLimit(rel string) (int64, error) {
-	if max := int64(s.cfg.Metadata.MaxDocumentBytes); max < s.maxFile && (maven.IsMetadata(rel) || rel == maven.PrefixesFile) {
+	if max := s.opts.Metadata.MaxDocumentBytes; max < s.maxFile && (maven.IsMetadata(rel) || rel == maven.PrefixesFile) {
 		return max, errDocTooLarge
 	}
 	return s.maxFile, errTooLarge
@@ -346,12 +346,12 @@ var unaccounted = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregister
 // whole by the fill is shared as it is; only an uncached one (a full disk)
 // is read from the flight, the one way to have it.
 func (s *Server) flightDoc(in *docInput, f *flight) bool {
-	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	max := s.opts.Metadata.MaxDocumentBytes
 	now := s.now()
 	if f.size > max {
 		f.release()
 		in.err = errDocTooLarge
-		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		in.until(now.Add(s.opts.Metadata.PartialTTL))
 		return true
 	}
 	if f.mem == nil && !f.pass.live.Load() {
@@ -370,7 +370,7 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 				// Stored nothing: broke, refused, or went uncached halfway
 				// (errNotCached), past the point where it could be read.
 				in.err = err
-				in.until(now.Add(s.cfg.Metadata.PartialTTL))
+				in.until(now.Add(s.opts.Metadata.PartialTTL))
 				return true
 			}
 			in.stored(e, s.blobs)
@@ -403,7 +403,7 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 		if !errors.Is(err, errDocTooLarge) {
 			in.err = &fillError{err}
 		}
-		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		in.until(now.Add(s.opts.Metadata.PartialTTL))
 		return true
 	}
 	in.err, in.body, in.size = nil, body, int64(len(body))
@@ -414,7 +414,7 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 		// all the same, and look again soon.
 		sum := sha256.Sum256(body)
 		in.digest, in.updated = hex.EncodeToString(sum[:]), now
-		in.until(now.Add(s.cfg.Metadata.PartialTTL))
+		in.until(now.Add(s.opts.Metadata.PartialTTL))
 	}
 	if up := in.up; up.metaValidity > 0 {
 		in.until(now.Add(up.metaValidity))
@@ -427,7 +427,7 @@ func (in *docInput) read(s *Server) ([]byte, error) {
 	if in.body != nil || in.err != nil {
 		return in.body, in.err
 	}
-	if in.size > int64(s.cfg.Metadata.MaxDocumentBytes) {
+	if in.size > s.opts.Metadata.MaxDocumentBytes {
 		return nil, errDocTooLarge
 	}
 	var err error

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/maven"
 	"registryd/store"
 )
@@ -149,7 +148,7 @@ func TestMergedMetadataOneOrNone(t *testing.T) {
 // again once metadata.partial_ttl has passed. A malformed document (a web
 // page, a billion-laughs bomb) is that upstream's failure, never a 500.
 func TestPartialMerge(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Metadata.PartialTTL = time.Minute })
+	e := newEnv(t, func(o *envOptions) { o.Metadata.PartialTTL = time.Minute })
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	a.set(libMeta, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
 	b.set(libMeta, fakeFile{status: 503})
@@ -378,7 +377,7 @@ func TestMergeDeterministic(t *testing.T) {
 // edited within the same millisecond applies at once; HEAD and 304 are not
 // downloads; group-level metadata meets group rules.
 func TestComposeReview(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Metadata.PartialTTL = time.Minute })
+	e := newEnv(t, func(o *envOptions) { o.Metadata.PartialTTL = time.Minute })
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	aid := e.upstream(a.URL, nil, nil)
 	bid := e.upstream(b.URL, nil, nil)

@@ -187,7 +187,7 @@ func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 	// metadata.max_document_bytes is refused unread (docInput.read).
 	var weight int64
 	for i := range ins {
-		if in := &ins[i]; in.err == nil && in.size <= int64(s.cfg.Metadata.MaxDocumentBytes) {
+		if in := &ins[i]; in.err == nil && in.size <= s.opts.Metadata.MaxDocumentBytes {
 			weight += in.size
 		}
 	}
@@ -214,7 +214,7 @@ func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 		return nil, err
 	}
 	if v.merge == mergePartial {
-		pt := now.Add(s.cfg.Metadata.PartialTTL)
+		pt := now.Add(s.opts.Metadata.PartialTTL)
 		if v.expires.IsZero() || pt.Before(v.expires) {
 			v.expires = pt
 		}
@@ -255,8 +255,8 @@ func (s *Server) refusedView(x *exchange, v *composedView) *composedView {
 
 // docLimits bound an upstream's maven-metadata.xml and a merged one.
 func (s *Server) docLimits() maven.MetadataLimits {
-	m := s.cfg.Metadata
-	return maven.MetadataLimits{Bytes: int64(m.MaxDocumentBytes), Versions: m.MaxVersions, Elements: m.MaxElements}
+	m := s.opts.Metadata
+	return maven.MetadataLimits{Bytes: m.MaxDocumentBytes, Versions: m.MaxVersions, Elements: m.MaxElements}
 }
 
 // mergeMetadata merges the maven-metadata.xml documents. An upstream's
@@ -346,7 +346,7 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 // make it refuse files that upstream holds, where a 404 turns the filter
 // off for the registry.
 func (s *Server) mergePrefixes(v *composedView, ins []docInput) error {
-	max := int64(s.cfg.Metadata.MaxDocumentBytes)
+	max := s.opts.Metadata.MaxDocumentBytes
 	lists := make([][]string, 0, len(ins))
 	for i := range ins {
 		in := &ins[i]
@@ -398,7 +398,7 @@ func (s *Server) badInput(in *docInput, err error) error {
 	}
 	err = docError(err)
 	s.log.Warn("upstream document not merged", "upstream", in.up.id, "path", in.entry, "reason", failureReason(err))
-	s.composed.rememberBad(in.digest, err, s.now().Add(s.cfg.Metadata.PartialTTL))
+	s.composed.rememberBad(in.digest, err, s.now().Add(s.opts.Metadata.PartialTTL))
 	return err
 }
 

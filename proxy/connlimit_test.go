@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/testclock"
 )
 
@@ -395,7 +394,7 @@ func (e *env) addr() string {
 }
 
 func TestConnLimitServer(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Proxy.MaxConnsPerClient = 2 })
+	e := newEnv(t, func(o *envOptions) { o.Listener.MaxConnsPerClient = 2 })
 	e.holdConn(t, "127.0.0.1")
 	e.holdConn(t, "127.0.0.1")
 	// The server admits in its accept loop; the third connection is refused
@@ -455,9 +454,9 @@ func endOf(t *testing.T, c net.Conn) string {
 // read_timeout.
 func TestHeaderTimeout(t *testing.T) {
 	const headerTimeout = 500 * time.Millisecond
-	e := newEnv(t, func(c *config.Config) {
-		c.Proxy.HeaderTimeout = headerTimeout
-		c.Proxy.ReadTimeout = time.Hour
+	e := newEnv(t, func(o *envOptions) {
+		o.Listener.HeaderTimeout = headerTimeout
+		o.Listener.ReadTimeout = time.Hour
 	})
 	dial := func(t *testing.T, e *env) net.Conn {
 		c, err := net.DialTimeout("tcp", e.addr(), 5*time.Second)
@@ -548,9 +547,9 @@ func TestHeaderTimeout(t *testing.T) {
 	})
 
 	t.Run("upload body slower than the read timeout", func(t *testing.T) {
-		e := newEnv(t, func(c *config.Config) {
-			c.Proxy.HeaderTimeout = time.Hour
-			c.Proxy.ReadTimeout = headerTimeout
+		e := newEnv(t, func(o *envOptions) {
+			o.Listener.HeaderTimeout = time.Hour
+			o.Listener.ReadTimeout = headerTimeout
 		})
 		body := jarBytes(jarPath, 3000) // half a minute at this pace
 		got, sent := upload(t, e, body, pace)

@@ -14,8 +14,8 @@ import (
 )
 
 // Tests of a full data volume (passthrough.go): the volume's figures come
-// from store.Blobs.SetSpaceProbe and temp file writes fail through
-// store.Blobs.SetWriteFault, as a real full volume makes them fail (the
+// from the env's store.Faults (SetSpaceProbe) and temp file writes fail
+// through them (ENOSPCAfter), as a real full volume makes them fail (the
 // integration test itest/diskfull_test.go fills a real one).
 
 const gib = int64(1) << 30
@@ -27,7 +27,7 @@ func (e *env) fakeVolume(free int64) *volume {
 	v := &volume{}
 	v.free.Store(free)
 	v.total.Store(100 * gib)
-	e.blobs.SetSpaceProbe(func() (store.Space, error) {
+	e.faults.SetSpaceProbe(func() (store.Space, error) {
 		return store.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
 	})
 	return v
@@ -36,7 +36,7 @@ func (e *env) fakeVolume(free int64) *volume {
 // setFree changes the free space; the next fill sees it at once.
 func (e *env) setFree(v *volume, free int64) {
 	v.free.Store(free)
-	e.blobs.SetSpaceProbe(func() (store.Space, error) {
+	e.faults.SetSpaceProbe(func() (store.Space, error) {
 		return store.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
 	})
 }
@@ -121,7 +121,7 @@ func TestDiskFullMidBody(t *testing.T) {
 	uid := e.upstream(up.URL, nil, nil)
 	// The upstream sends half (3 MiB) and holds: the writes fail past 4 MiB,
 	// once every request has joined.
-	e.blobs.SetWriteFault(store.ENOSPCAfter(4 << 20))
+	e.faults.ENOSPCAfter(4 << 20)
 
 	const gets = 4
 	joined := make(chan struct{}, gets+2)
@@ -179,7 +179,7 @@ func TestDiskFullMidBody(t *testing.T) {
 
 	// Space returns (the volume has more free space than after the
 	// failure): fills write again, by themselves.
-	e.blobs.SetWriteFault(nil)
+	e.faults.NoWriteFault()
 	e.setFree(vol, 60*gib)
 	e.get(jarPath).expect(t, 200).expectBody(t, string(body))
 	if _, ok := e.entry(uid, "/"+jarPath); !ok {
@@ -198,7 +198,7 @@ func TestDiskFullSmallFile(t *testing.T) {
 	pom := bytes.Repeat([]byte("<project/>"), 500)
 	up.set(pomPath, fakeFile{body: pom})
 	uid := e.upstream(up.URL, nil, nil)
-	e.blobs.SetWriteFault(store.ENOSPCAfter(100))
+	e.faults.ENOSPCAfter(100)
 	e.get(pomPath).expect(t, 200).expectBody(t, string(pom))
 	e.expectUncached(uid, pomPath)
 	if got := e.metric("registryd_cache_fill_disk_full_total", "stage", "store"); got != 1 {
@@ -298,7 +298,7 @@ func TestDiskFullUpload(t *testing.T) {
 	e := newEnv(t)
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
-	e.blobs.SetWriteFault(store.ENOSPCAfter(10))
+	e.faults.ENOSPCAfter(10)
 	good := gatewayToken(e.secret, "HS256", map[string]any{"iat": e.clock.Now().Unix(), "iss": "gateway"})
 	b, ctype := multipartBody(t, []byte("uploaded jar bytes"), "path", jarPath)
 	r := e.do(http.MethodPost, "/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath+"/upload", b,
@@ -319,7 +319,7 @@ func TestDiskFullUpload(t *testing.T) {
 func (e *env) slowClientFlight(up *fakeUpstream, body []byte) (<-chan resp, *http.Response) {
 	e.t.Helper()
 	up.set(jarPath, fakeFile{body: body, fault: faultHold})
-	e.blobs.SetWriteFault(store.ENOSPCAfter(int64(len(body))/2 + spillChunk))
+	e.faults.ENOSPCAfter(int64(len(body))/2 + spillChunk)
 	joined := make(chan struct{}, 4)
 	e.srv.onJoin = func() { joined <- struct{}{} }
 	fast := make(chan resp, 1)
@@ -402,7 +402,7 @@ func TestDiskFullAllClientsStalled(t *testing.T) {
 	uid := e.upstream(up.URL, nil, nil)
 	body := jarBytes(jarPath, 4*spillWindow)
 	up.set(jarPath, fakeFile{body: body, fault: faultHold})
-	e.blobs.SetWriteFault(store.ENOSPCAfter(int64(len(body))/2 + spillChunk))
+	e.faults.ENOSPCAfter(int64(len(body))/2 + spillChunk)
 	slow := e.startHeld(jarPath)
 	if _, err := io.ReadFull(slow.Body, make([]byte, 1000)); err != nil {
 		t.Fatal(err)

@@ -204,7 +204,7 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 	for _, u := range list {
 		policy := u.ChecksumPolicy
 		if policy == "" {
-			policy = s.cfg.Upstreams.ChecksumPolicy
+			policy = s.opts.Upstreams.ChecksumPolicy
 		}
 		rules, rulesKey, err := s.compileRules(u.ID, ruleLists[u.ID])
 		if err != nil {
@@ -220,8 +220,8 @@ func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
 			ep:              upstream.Endpoint{URL: u.URL, Username: u.Username, Password: u.Password},
 			validity:        time.Duration(u.CacheValidityHours) * time.Hour,
 			metaValidity:    time.Duration(u.MetadataCacheValidityHours) * time.Hour,
-			notFoundTTL:     minutesOr(u.NotFoundCacheMinutes, s.cfg.Upstreams.NotFoundTTL),
-			metaNotFoundTTL: minutesOr(u.MetadataNotFoundCacheMinutes, s.cfg.Upstreams.MetadataNotFoundTTL),
+			notFoundTTL:     minutesOr(u.NotFoundCacheMinutes, s.opts.Upstreams.NotFoundTTL),
+			metaNotFoundTTL: minutesOr(u.MetadataNotFoundCacheMinutes, s.opts.Upstreams.MetadataNotFoundTTL),
 		})
 		s.met.series.seenUpstream(u.ID)
 		s.urls.note(s.health, u.ID, u.URL)

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 const jarPath = "org/example/lib/1.0/lib-1.0.jar"
@@ -247,7 +245,7 @@ func TestUpstreamDown(t *testing.T) {
 }
 
 func TestTooLarge(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Cache.MaxFileBytes = 1 << 10 })
+	e := newEnv(t, func(o *envOptions) { o.Cache.MaxFileBytes = 1 << 10 })
 	up := newFakeUpstream(t)
 	up.set("big/1/big-1.jar", fakeFile{body: jarBytes("big", 4<<10)})
 	up.set("chunked/1/chunked-1.jar", fakeFile{body: jarBytes("chunked", 64<<10), chunked: true})

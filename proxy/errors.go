@@ -394,7 +394,7 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 		// upstream's pause at upstreams.max_backoff; this holds it for any
 		// client the Server was given.
 		after := ae.retryAfter
-		if limit := int64(s.cfg.Upstreams.MaxBackoff / time.Second); limit > 0 {
+		if limit := int64(s.opts.Upstreams.MaxBackoff / time.Second); limit > 0 {
 			after = min(after, limit)
 		}
 		ctx.Response.Header.Set("Retry-After", strconv.FormatInt(after, 10))

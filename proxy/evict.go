@@ -125,10 +125,10 @@ func (s *Server) evictWant() (int64, string) {
 	var want int64
 	var reason string
 	_, used := s.blobs.Stats()
-	if budget := int64(s.cfg.Cache.MaxBytes); budget > 0 && used > budget {
+	if budget := s.opts.Cache.MaxBytes; budget > 0 && used > budget {
 		want, reason = used-int64(float64(budget)*evictLowWater), evictBudget
 	}
-	if frac := s.cfg.Cache.MinFreeFraction; frac > 0 {
+	if frac := s.opts.Cache.MinFreeFraction; frac > 0 {
 		if sp, err := s.blobs.SpaceNow(); err == nil && sp.Total > 0 && float64(sp.Free) < frac*float64(sp.Total) {
 			if w := int64((frac+evictFreeMargin)*float64(sp.Total)) - sp.Free; w > want {
 				want, reason = w, evictFree
@@ -137,10 +137,6 @@ func (s *Server) evictWant() (int64, string) {
 	}
 	return want, reason
 }
-
-// EvictOnce runs eviction once: when a mark is crossed, entries go until
-// the blobs freed reach what it asks (or none is left).
-func (s *Server) EvictOnce() (EvictResult, error) { return s.evict(nil) }
 
 func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 	s.ev.mu.Lock() // one run at a time: a second would evict for the same want
@@ -279,7 +275,7 @@ func (s *Server) evictor(stop, done chan struct{}) {
 
 // startEvictor runs the evictor when a mark is set.
 func (s *Server) startEvictor() {
-	if s.cfg.Cache.MaxBytes <= 0 && s.cfg.Cache.MinFreeFraction <= 0 {
+	if s.opts.Cache.MaxBytes <= 0 && s.opts.Cache.MinFreeFraction <= 0 {
 		return
 	}
 	s.ev.stop, s.ev.done = make(chan struct{}), make(chan struct{})

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 // evictFiles fills n files of size bytes, one second apart on the test
@@ -33,7 +31,7 @@ func (e *env) evictFiles(up *fakeUpstream, n, size int) ([]string, [][]byte) {
 // downloaded again is recent, whenever it was filled.
 func TestEvictUnderBudget(t *testing.T) {
 	const size = 200 << 10
-	e := newEnv(t, func(c *config.Config) { c.Cache.MaxBytes = 1 << 20; c.Cache.MinFreeFraction = 0 })
+	e := newEnv(t, func(o *envOptions) { o.Cache.MaxBytes = 1 << 20; o.Cache.MinFreeFraction = 0 })
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	paths, bodies := e.evictFiles(up, 10, size)
@@ -73,7 +71,7 @@ func TestEvictUnderBudget(t *testing.T) {
 // entries go until 2 points more of it would be free.
 func TestEvictFreeFraction(t *testing.T) {
 	const size = 200 << 10
-	e := newEnv(t, func(c *config.Config) { c.Cache.MinFreeFraction = 0.05 })
+	e := newEnv(t, func(o *envOptions) { o.Cache.MinFreeFraction = 0.05 })
 	vol := e.fakeVolume(50 * gib)
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
@@ -118,7 +116,7 @@ func TestEvictFreeFraction(t *testing.T) {
 // downloading it: its blob is unlinked, and the client gets every byte
 // from the descriptor it holds.
 func TestEvictWhileStreaming(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Cache.MaxBytes = 1 << 20; c.Cache.MinFreeFraction = 0 })
+	e := newEnv(t, func(o *envOptions) { o.Cache.MaxBytes = 1 << 20; o.Cache.MinFreeFraction = 0 })
 	up := newFakeUpstream(t)
 	// Larger than loopback's socket buffers can hold: most of it is still
 	// to be sent from the file when the blob goes.

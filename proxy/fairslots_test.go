@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 // dripper serves large files slowly, as a far repository does: the
@@ -237,7 +235,7 @@ func TestSmallFileNotBehindAbandonedDownloads(t *testing.T) {
 // A fill whose client hung up while it waited for a slot is dequeued: the
 // upstream is never asked for it.
 func TestAbandonedQueuedFillDequeued(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Upstreams.MaxConcurrentRequests = 1 })
+	e := newEnv(t, func(o *envOptions) { o.Upstreams.MaxConcurrentRequests = 1 })
 	e.srv.clientPoll = 5 * time.Millisecond
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
@@ -274,7 +272,7 @@ func TestAbandonedQueuedFillDequeued(t *testing.T) {
 // A download whose client hung up goes on while nobody waits for its
 // slot: the file is cached for the next build.
 func TestAbandonedFillFinishesWhenNobodyWaits(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Upstreams.MaxConcurrentRequests = 1 })
+	e := newEnv(t, func(o *envOptions) { o.Upstreams.MaxConcurrentRequests = 1 })
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	id := strconv.FormatInt(uid, 10)

@@ -41,7 +41,7 @@ func (s *Server) fill(f *flight) {
 	if done {
 		return
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, s.cfg.Upstreams.FillTimeout)
+	ctx, cancel := context.WithTimeout(f.ctx, s.opts.Upstreams.FillTimeout)
 	defer cancel()
 
 	// Wait for a slot of the upstream's cap, then for the health tracker's

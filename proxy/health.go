@@ -6,22 +6,22 @@ import (
 	"sync"
 	"time"
 
-	"registryd/config"
 	"registryd/upstream"
 )
 
-// NewHealth builds the upstreams' health tracker from the configuration,
-// logging one line per transition; now is its clock (nil: time.Now).
-// TrialTimeout is connect + header timeout: by then the client has an answer
-// or an error for the trial, so a trial still without a verdict lost its
-// report, and another request may re-test instead of the upstream staying
-// out. A trial that legitimately runs longer (a redirect chain) costs at
-// worst one extra request, whose report Health tells apart.
-func NewHealth(cfg config.Config, log *slog.Logger, now func() time.Time) *upstream.Health {
+// NewHealth builds the upstreams' health tracker from u (zero fields take
+// their defaults), logging one line per transition; now is its clock (nil:
+// time.Now). u.TrialTimeout should be the upstream client's connect +
+// header timeout: by then the client has an answer or an error for the
+// trial, so a trial still without a verdict lost its report, and another
+// request may re-test instead of the upstream staying out. A trial that
+// legitimately runs longer (a redirect chain) costs at worst one extra
+// request, whose report Health tells apart.
+func NewHealth(u UpstreamOptions, log *slog.Logger, now func() time.Time) *upstream.Health {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	u := cfg.Upstreams
+	u = Options{Upstreams: u}.withDefaults().Upstreams
 	return upstream.NewHealth(upstream.HealthOptions{
 		InitialBackoff: u.Backoff,
 		MaxBackoff:     u.MaxBackoff,
@@ -32,7 +32,7 @@ func NewHealth(cfg config.Config, log *slog.Logger, now func() time.Time) *upstr
 		PathThreshold: u.PathFailureThreshold,
 		Window:        u.FailureWindow,
 		MaxPaths:      u.MaxFailingPaths,
-		TrialTimeout:  u.ConnectTimeout + u.HeaderTimeout,
+		TrialTimeout:  u.TrialTimeout,
 		Now:           now,
 		OnChange:      healthLog(log),
 	})

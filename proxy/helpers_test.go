@@ -28,7 +28,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/internal/testclock"
 	"registryd/maven"
 	"registryd/store"
@@ -41,12 +40,27 @@ const rootToken = "rdpat-proxy-test-root-token-0123"
 
 var testSecretKey = bytes.Repeat([]byte{7}, 32)
 
+// envOptions are the settings of an env: the proxy's Options, and those
+// of the auth service, the upstream client and the access log it is wired
+// with, as main wires them. Left zero, they are registryd's defaults (each
+// component's TestDefaultsAreConfigs), except the client's, which newEnv
+// sets for upstreams on loopback with short timeouts.
+type envOptions struct {
+	Options
+	auth     auth.Options
+	upstream upstream.Options
+	// accessLogPath, when set, is a file the access log is appended to,
+	// as proxy.access_log_path is; otherwise none is written.
+	accessLogPath string
+}
+
 // env is an in-process proxy on a loopback port with its own data dir.
 type env struct {
 	t        testing.TB
-	cfg      config.Config
+	dir      string // the data dir
 	st       *store.Store
 	blobs    *store.Blobs
+	faults   *store.Faults // of blobs, unless they are remote
 	srv      *Server
 	clock    *testclock.Clock
 	reg      *prometheus.Registry
@@ -60,23 +74,24 @@ type env struct {
 	objects objects.Store
 }
 
-func newEnv(t testing.TB, opts ...func(*config.Config)) *env {
+func newEnv(t testing.TB, opts ...func(*envOptions)) *env {
 	t.Helper()
 	return newEnvStore(t, store.Options{}, opts...)
 }
 
 // newEnvStore is newEnv with store options (the key and clock are the env's).
-func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *env {
+func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := config.Default()
-	cfg.Data.Dir = dir
-	cfg.Upstreams.AllowLocalNetwork = true
-	cfg.Shutdown.Timeout = 5 * time.Second
-	cfg.Upstreams.ConnectTimeout = 5 * time.Second
-	cfg.Upstreams.HeaderTimeout = 5 * time.Second
-	for _, o := range opts {
-		o(&cfg)
+	o := envOptions{upstream: upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
+		ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.Upstreams.TrialTimeout == 0 {
+		// As main: by the client's connect and header timeouts, a health
+		// trial has its answer or its error.
+		o.Upstreams.TrialTimeout = o.upstream.ConnectTimeout + o.upstream.HeaderTimeout
 	}
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	so.SecretKey, so.Now = testSecretKey, clock.Now
@@ -95,32 +110,33 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*config.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	openBlobs := store.OpenBlobs
-	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go)
-		openBlobs = f.(func(string) (*store.Blobs, error))
+	faults := &store.Faults{}
+	var blobs *store.Blobs
+	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go), without faults
+		faults = nil
+		blobs, err = f.(func(string) (*store.Blobs, error))(dir)
+	} else {
+		blobs, err = store.OpenBlobs(dir, store.BlobOptions{Faults: faults})
 	}
-	blobs, err := openBlobs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	e := &env{t: t, cfg: cfg, st: st, blobs: blobs, clock: clock, reg: reg, group: g, registry: r.ID,
+	e := &env{t: t, dir: dir, st: st, blobs: blobs, faults: faults, clock: clock, reg: reg, group: g, registry: r.ID,
 		secret: []byte("gateway-secret-for-tests-0123456789"),
 		client: &http.Client{Transport: &http.Transport{DisableCompression: true}}}
 	// As main does: the access log goes to proxy.access_log_path when a
 	// test sets one (and none is written otherwise).
 	var accessLog *os.File
-	if cfg.Proxy.AccessLogPath != "" {
-		if accessLog, err = os.OpenFile(cfg.Proxy.AccessLogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640); err != nil {
+	if o.accessLogPath != "" {
+		if accessLog, err = os.OpenFile(o.accessLogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
+	o.auth.Now = clock.Now
 	deps := Deps{
-		Config: cfg, Store: st, Blobs: blobs, Auth: auth.New(st, cfg, clock.Now),
-		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
-			ConnectTimeout: cfg.Upstreams.ConnectTimeout, HeaderTimeout: cfg.Upstreams.HeaderTimeout,
-			CheckTimeout: cfg.Upstreams.CheckTimeout}),
-		Registerer: reg, GatewaySecret: e.secret, Now: clock.Now,
+		Options: o.Options, Store: st, Blobs: blobs, Auth: auth.New(st, o.auth),
+		Upstream: upstream.New(o.upstream), Registerer: reg, GatewaySecret: e.secret, Now: clock.Now,
 	}
 	if accessLog != nil {
 		deps.AccessLog = accessLog
@@ -343,7 +359,7 @@ func (e *env) noBrokenState() {
 	if len(tmp) != 0 {
 		e.t.Fatalf("DATA_DIR/tmp holds %d files", len(tmp))
 	}
-	_ = filepath.WalkDir(filepath.Join(e.cfg.Data.Dir, "blobs"), func(path string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(e.dir, "blobs"), func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && !e.st.BlobReferenced(d.Name()) {
 			e.t.Fatalf("blob file %s is referenced by no entry", path)
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/internal/heappeak"
 )
 
@@ -48,15 +47,15 @@ func BenchmarkConcurrentLargeMerges(b *testing.B) {
 			statuses := map[int]int{}
 			for b.Loop() {
 				b.StopTimer()
-				e := newEnv(b, func(c *config.Config) {
+				e := newEnv(b, func(o *envOptions) {
 					// Let these documents and their merge through (the
 					// defaults refuse them for their versions): the cost
 					// measured is the merge's.
-					c.Metadata.MaxVersions = 1 << 20
-					c.Metadata.MaxDocumentBytes = 32 << 20
+					o.Metadata.MaxVersions = 1 << 20
+					o.Metadata.MaxDocumentBytes = 32 << 20
 					// Every merge waits its turn (none refused): the
 					// figures compare with a daemon that merged them all.
-					c.Metadata.MergeWait = time.Minute
+					o.Metadata.MergeWait = time.Minute
 				})
 				up1, up2 := newFakeUpstream(b), newFakeUpstream(b)
 				e.upstream(up1.URL, nil, nil)

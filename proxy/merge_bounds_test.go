@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 // The bounds of merged metadata (issue 20, item 3): what one merge may read,
@@ -49,7 +47,7 @@ func messageOf(t *testing.T, r resp) string {
 // An answer already merged and kept costs no room and is served. Once the
 // room is back, the same requests are merged.
 func TestMergesPastTheLimitRefused(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Metadata.MergeWait = 0 })
+	e := newEnv(t, func(o *envOptions) { o.Metadata.MergeWait = -1 }) // refuse at once
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	e.upstream(a.URL, nil, nil)
 	e.upstream(b.URL, nil, nil)
@@ -108,7 +106,7 @@ func TestMergesPastTheLimitRefused(t *testing.T) {
 // A merge that finds no room waits for it (metadata.merge_wait) and is
 // merged as soon as another merge ends.
 func TestMergeWaitsForRoom(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Metadata.MergeWait = time.Hour })
+	e := newEnv(t, func(o *envOptions) { o.Metadata.MergeWait = time.Hour })
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	e.upstream(a.URL, nil, nil)
 	e.upstream(b.URL, nil, nil)
@@ -138,10 +136,10 @@ func TestMergeWaitsForRoom(t *testing.T) {
 // once, each waits its turn, and all are answered.
 func TestConcurrentMergesBounded(t *testing.T) {
 	const docBytes = 20 << 10
-	e := newEnv(t, func(c *config.Config) {
-		c.Metadata.MaxDocumentBytes = 64 << 10
-		c.Metadata.MaxMergingBytes = 64 << 10 // one merge of two documents of docBytes
-		c.Metadata.MergeWait = time.Hour
+	e := newEnv(t, func(o *envOptions) {
+		o.Metadata.MaxDocumentBytes = 64 << 10
+		o.Metadata.MaxMergingBytes = 64 << 10 // one merge of two documents of docBytes
+		o.Metadata.MergeWait = time.Hour
 	})
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	e.upstream(a.URL, nil, nil)
@@ -195,11 +193,11 @@ func metaOfSizeAt(path, lastUpdated, mark string, size int) []byte {
 // not merge again); documents together larger than
 // metadata.max_merging_bytes are refused at once.
 func TestMergeCaps(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) {
-		c.Metadata.MaxVersions = 10
-		c.Metadata.MaxDocumentBytes = 8 << 10
-		c.Metadata.MaxMergingBytes = 12 << 10
-		c.Metadata.MergeWait = 0
+	e := newEnv(t, func(o *envOptions) {
+		o.Metadata.MaxVersions = 10
+		o.Metadata.MaxDocumentBytes = 8 << 10
+		o.Metadata.MaxMergingBytes = 12 << 10
+		o.Metadata.MergeWait = -1 // refuse at once
 	})
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	e.upstream(a.URL, nil, nil)
@@ -324,7 +322,7 @@ func TestOversizedDocumentNotDownloaded(t *testing.T) {
 	const huge = 100 << 20
 	for _, chunked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
-			e := newEnv(t, func(c *config.Config) { c.Metadata.MaxDocumentBytes = limit })
+			e := newEnv(t, func(o *envOptions) { o.Metadata.MaxDocumentBytes = limit })
 			a, b := newFakeUpstream(t), newFakeUpstream(t)
 			e.upstream(a.URL, nil, nil)
 			bid := e.upstream(b.URL, nil, nil)
@@ -399,7 +397,7 @@ func TestMergeOfUncachedDocuments(t *testing.T) {
 // wait for.
 func TestConcurrentSameMergeOnce(t *testing.T) {
 	const herd = 16
-	e := newEnv(t, func(c *config.Config) { c.Metadata.MergeWait = 0 })
+	e := newEnv(t, func(o *envOptions) { o.Metadata.MergeWait = -1 }) // refuse at once
 	a, b := newFakeUpstream(t), newFakeUpstream(t)
 	e.upstream(a.URL, nil, nil)
 	e.upstream(b.URL, nil, nil)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/store"
 	"registryd/store/kv"
 	"registryd/store/kv/boltkv"
@@ -68,7 +67,7 @@ func (d *heldDB) Update(fn func(kv.Tx) error) error {
 func pendingEnv(t *testing.T) (*env, *heldDB, chan bool) {
 	t.Helper()
 	db := newHeldDB(t)
-	e := newEnvStore(t, store.Options{Engine: db}, func(c *config.Config) { c.Cache.MaxPendingStores = 4 })
+	e := newEnvStore(t, store.Options{Engine: db}, func(o *envOptions) { o.Cache.MaxPendingStores = 4 })
 	t.Cleanup(db.release) // before the env's cleanup, which stores what waits
 	taken := make(chan bool, 256)
 	e.srv.stores.onTake = func(ok bool) { taken <- ok }

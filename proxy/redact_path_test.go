@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"registryd/config"
 )
 
 // envLoggers gives a test's env the daemon log it is built with (newEnv).
@@ -30,7 +28,7 @@ func TestTokensInPathsRedacted(t *testing.T) {
 			envLoggers.Store(t, slog.New(slog.NewTextHandler(&daemon, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			defer envLoggers.Delete(t)
 			path := filepath.Join(t.TempDir(), "access.log")
-			e := newEnv(t, func(c *config.Config) { c.Proxy.AccessLogPath = path; c.Log.Format = format })
+			e := newEnv(t, func(o *envOptions) { o.accessLogPath = path; o.Listener.AccessLogJSON = format == "json" })
 			up := newFakeUpstream(t)
 			e.upstream(up.URL, nil, nil)
 			reg := "/" + strconv.FormatInt(e.registry, 10) + "/"

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -56,7 +55,7 @@ func TestBrokenUpstreamCostsFewFailures(t *testing.T) {
 		{name: "refused", lastError: "Connection refused", down: true, failed: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, func(c *config.Config) { c.Upstreams.HeaderTimeout = 300 * time.Millisecond })
+			e := newEnv(t, func(o *envOptions) { o.upstream.HeaderTimeout = 300 * time.Millisecond })
 			broken, good := newFakeUpstream(t), newFakeUpstream(t)
 			paths := files(6)
 			for _, p := range paths {
@@ -120,9 +119,9 @@ func TestBrokenUpstreamCostsFewFailures(t *testing.T) {
 // healthy; the file's own breaker opens on its second failure, and its
 // stale hits then do not ask at all.
 func TestRevalidationBoundedByCheckTimeout(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) {
-		c.Upstreams.HeaderTimeout = time.Hour
-		c.Upstreams.CheckTimeout = 200 * time.Millisecond
+	e := newEnv(t, func(o *envOptions) {
+		o.upstream.HeaderTimeout = time.Hour
+		o.upstream.CheckTimeout = 200 * time.Millisecond
 	})
 	up := newFakeUpstream(t)
 	body := jarBytes(jarPath, 4096)
@@ -257,9 +256,9 @@ func TestNegativeCache(t *testing.T) {
 // small files here: TestSmallFileNotBehindAbandonedDownloads tests that.)
 func TestUpstreamRequestCap(t *testing.T) {
 	const limit, n = 2, 6
-	e := newEnv(t, func(c *config.Config) {
-		c.Upstreams.MaxConcurrentRequests = limit
-		c.Upstreams.ReservedSmallRequests = 0
+	e := newEnv(t, func(o *envOptions) {
+		o.Upstreams.MaxConcurrentRequests = limit
+		o.Upstreams.ReservedSmallRequests = -1 // none
 	})
 	up := newFakeUpstream(t)
 	var cur, peak atomic.Int32

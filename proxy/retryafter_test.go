@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/upstream"
 )
 
@@ -16,7 +15,7 @@ import (
 func TestRetryAfterCappedAtMaxBackoff(t *testing.T) {
 	for _, value := range []string{"86400", time.Now().Add(48 * time.Hour).UTC().Format(http.TimeFormat)} {
 		t.Run(value, func(t *testing.T) {
-			e := newEnv(t, func(c *config.Config) { c.Upstreams.Backoff, c.Upstreams.MaxBackoff = 10*time.Second, 2*time.Minute })
+			e := newEnv(t, func(o *envOptions) { o.Upstreams.Backoff, o.Upstreams.MaxBackoff = 10*time.Second, 2*time.Minute })
 			up := newFakeUpstream(t)
 			up.set(jarPath, fakeFile{custom: func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Retry-After", value)

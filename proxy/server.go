@@ -32,7 +32,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
-	"registryd/config"
 	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/upstream"
@@ -50,7 +49,8 @@ type Fetcher interface {
 
 // Deps are the proxy listener's collaborators.
 type Deps struct {
-	Config   config.Config
+	// Options are the proxy's settings; zero fields take their defaults.
+	Options  Options
 	Store    *store.Store
 	Blobs    *store.Blobs
 	Auth     *auth.Service
@@ -63,11 +63,12 @@ type Deps struct {
 	// Now is the clock of freshness decisions; tests inject one. Default time.Now.
 	Now func() time.Time
 	// Health is the upstreams' health, shared with the admin API, which
-	// shows it. Default: a tracker of the proxy's own, built from
-	// Config.Upstreams.
+	// shows it. Default: a tracker of the proxy's own, built by NewHealth
+	// from Options.Upstreams.
 	Health *upstream.Health
-	// AccessLog receives the access log (one line per request, in
-	// log.format) when proxy.access_log is on; nil turns it off.
+	// AccessLog receives the access log (one line per request, text or
+	// JSON as Options.Listener.AccessLogJSON says); nil turns it off
+	// (proxy.access_log false).
 	AccessLog io.Writer
 }
 
@@ -82,7 +83,7 @@ const (
 // Server is the proxy listener plus the background work of the cache: the
 // download-count flusher and the collector.
 type Server struct {
-	cfg      config.Config
+	opts     Options // with their defaults
 	st       *store.Store
 	blobs    *store.Blobs
 	auth     *auth.Service
@@ -179,13 +180,14 @@ func New(d Deps) (*Server, error) {
 	if len(d.GatewaySecret) == 0 {
 		return nil, errors.New("proxy: a gateway secret is required")
 	}
+	o := d.Options.withDefaults()
 	var pfx [4]byte
 	if _, err := rand.Read(pfx[:]); err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg: d.Config, st: d.Store, blobs: d.Blobs, auth: d.Auth, up: d.Upstream, log: d.Logger,
-		now: d.Now, secret: d.GatewaySecret, maxFile: int64(d.Config.Cache.MaxFileBytes),
+		opts: o, st: d.Store, blobs: d.Blobs, auth: d.Auth, up: d.Upstream, log: d.Logger,
+		now: d.Now, secret: d.GatewaySecret, maxFile: o.Cache.MaxFileBytes,
 		idPrefix: hex.EncodeToString(pfx[:]) + "-",
 		flights:  map[flightKey]*flight{},
 	}
@@ -200,27 +202,27 @@ func New(d Deps) (*Server, error) {
 	}
 	s.health = d.Health
 	if s.health == nil {
-		s.health = NewHealth(d.Config, d.Logger, d.Now)
+		s.health = NewHealth(o.Upstreams, d.Logger, d.Now)
 	}
-	u := d.Config.Upstreams
-	s.gates = newGates(u.MaxConcurrentRequests, u.ReservedSmallRequests, int64(u.SmallFileBytes))
-	s.leaseSlots = newLeaseSlots(d.Config.Store.Postgres.MaxLocks)
+	u := o.Upstreams
+	s.gates = newGates(u.MaxConcurrentRequests, u.ReservedSmallRequests, u.SmallFileBytes)
+	s.leaseSlots = newLeaseSlots(o.Cache.MaxLocks)
 	if s.marks, err = newPathMemory(); err != nil {
 		return nil, err
 	}
-	if s.composed, err = newComposedCache(int64(d.Config.Metadata.MemoryBytes)); err != nil {
+	if s.composed, err = newComposedCache(o.Metadata.MemoryBytes); err != nil {
 		return nil, err
 	}
 	if s.rules, err = newRuleSets(d.Registerer); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
-	if s.merging, err = newMergeGate(d.Registerer, int64(d.Config.Metadata.MaxMergingBytes), d.Config.Metadata.MergeWait); err != nil {
+	if s.merging, err = newMergeGate(d.Registerer, o.Metadata.MaxMergingBytes, o.Metadata.MergeWait); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
-	if s.audit, err = newAuditQueue(s, d.Config.Audit, d.Registerer); err != nil {
+	if s.audit, err = newAuditQueue(s, o.Audit, d.Registerer); err != nil {
 		return nil, err
 	}
-	if s.small, err = newSmallBlobs(int64(d.Config.Cache.MemoryBytes), int64(d.Config.Cache.MemoryMaxFileBytes)); err != nil {
+	if s.small, err = newSmallBlobs(o.Cache.MemoryBytes, o.Cache.MemoryMaxFileBytes); err != nil {
 		return nil, err
 	}
 	s.met, err = newMetrics(d.Registerer, gauges{
@@ -244,14 +246,15 @@ func New(d Deps) (*Server, error) {
 	}
 	// No new file below the free mark: eviction makes room, fills do not
 	// refill it at once (store.Blobs.SetMinFree).
-	d.Blobs.SetMinFree(d.Config.Cache.MinFreeFraction)
-	if s.stores, err = newPendingStores(d.Config.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
+	d.Blobs.SetMinFree(o.Cache.MinFreeFraction)
+	if s.stores, err = newPendingStores(o.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
-	if s.ev, err = newEvictState(d.Registerer, int64(d.Config.Cache.MaxBytes), d.Config.Cache.MinFreeFraction); err != nil {
+	if s.ev, err = newEvictState(d.Registerer, o.Cache.MaxBytes, o.Cache.MinFreeFraction); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
-	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: d.Config.Proxy.ReadTimeout}
+	l := o.Listener
+	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: l.ReadTimeout}
 	s.srv = &fasthttp.Server{
 		Handler: s.handle,
 		Name:    "registryd",
@@ -262,31 +265,31 @@ func New(d Deps) (*Server, error) {
 		// plus headers: a client dribbling them (slowloris) is cut off after
 		// it, however long read_timeout is. Once the headers are in,
 		// HeaderReceived moves the deadline to read_timeout for the body.
-		ReadTimeout:    d.Config.Proxy.HeaderTimeout,
+		ReadTimeout:    l.HeaderTimeout,
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig { return bodyTimeout },
 		ErrorHandler:   requestError,
-		WriteTimeout:   d.Config.Proxy.WriteTimeout,
-		IdleTimeout:    d.Config.Proxy.IdleTimeout,
+		WriteTimeout:   l.WriteTimeout,
+		IdleTimeout:    l.IdleTimeout,
 		// The read buffer bounds the request line plus headers: larger
 		// requests get 431.
-		ReadBufferSize: int(d.Config.Proxy.MaxHeaderBytes),
-		Concurrency:    d.Config.Proxy.Concurrency,
+		ReadBufferSize: l.MaxHeaderBytes,
+		Concurrency:    l.Concurrency,
 		// Uploads stream to the blob store; the handler enforces
 		// MaxUploadBytes itself (with streaming, fasthttp hands over an
 		// oversized body instead of refusing it) and parses the multipart
 		// body as it arrives, so fasthttp must not pre-parse it into memory.
-		MaxRequestBodySize:           int(d.Config.Proxy.MaxUploadBytes),
+		MaxRequestBodySize:           int(l.MaxUploadBytes),
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
-	s.conns = newConnLimiter(d.Config.Proxy.MaxConnsPerClient, d.Config.Proxy.Concurrency, d.Logger)
+	s.conns = newConnLimiter(l.MaxConnsPerClient, l.Concurrency, d.Logger)
 	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
-	if d.AccessLog != nil && d.Config.Proxy.AccessLog {
-		if s.alog, err = newAccessLog(d.AccessLog, d.Config.Log.Format == "json", d.Registerer, d.Logger); err != nil {
+	if d.AccessLog != nil {
+		if s.alog, err = newAccessLog(d.AccessLog, l.AccessLogJSON, d.Registerer, d.Logger); err != nil {
 			return nil, fmt.Errorf("proxy access log: %w", err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -75,7 +74,7 @@ func TestCollectorRestIgnoresWriterWait(t *testing.T) {
 // entry is evicted while purged ones hold the space.
 func TestEvictPassesPurgedEntries(t *testing.T) {
 	const size, n = 10 << 10, 10
-	e := newEnv(t, func(c *config.Config) { c.Cache.MaxBytes = 15 * size; c.Cache.MinFreeFraction = 0 })
+	e := newEnv(t, func(o *envOptions) { o.Cache.MaxBytes = 15 * size; o.Cache.MinFreeFraction = 0 })
 	old, live := newFakeUpstream(t), newFakeUpstream(t)
 	oldID := e.upstream(old.URL, nil, nil) // first in the registry's order: its fills come first
 	liveID := e.upstream(live.URL, nil, nil)

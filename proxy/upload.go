@@ -65,7 +65,7 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
 	if p.Kind == maven.Checksum {
 		return errUploadChecksum
 	}
-	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > int64(s.cfg.Proxy.MaxUploadBytes) {
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.opts.Listener.MaxUploadBytes {
 		return errUploadTooLarge
 	}
 	boundary := ctx.Request.Header.MultipartFormBoundary()
@@ -76,7 +76,7 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
 	if body == nil {
 		body = bytes.NewReader(ctx.Request.Body())
 	}
-	lim := &limitedBody{r: body, left: int64(s.cfg.Proxy.MaxUploadBytes)}
+	lim := &limitedBody{r: body, left: s.opts.Listener.MaxUploadBytes}
 	w, err := s.receiveFile(multipart.NewReader(lim, string(boundary)), lim)
 	if err != nil {
 		return err

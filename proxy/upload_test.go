@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -36,7 +35,7 @@ func multipartBody(t *testing.T, file []byte, fields ...string) (*bytes.Buffer, 
 }
 
 func TestGatewayUpload(t *testing.T) {
-	e := newEnv(t, func(c *config.Config) { c.Cache.MaxFileBytes = 64 << 10 })
+	e := newEnv(t, func(o *envOptions) { o.Cache.MaxFileBytes = 64 << 10 })
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	other, err := e.st.CreateRegistry(e.group.ID, "other", "")

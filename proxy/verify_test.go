@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"registryd/config"
 	"registryd/store"
 )
 
@@ -26,7 +25,7 @@ type badAnswer struct {
 	// down: nothing listens at the upstream's address (file is unused).
 	down bool
 	// cfg sets the timeouts the fault needs to show within a test.
-	cfg func(*config.Config)
+	cfg func(*envOptions)
 	// streamed: the refusal comes after the headers went out (a large
 	// body whose checksum does not match at its end), so the first client
 	// sees a 200 that ends short rather than the next upstream's file; the
@@ -62,7 +61,7 @@ func badAnswers(large bool) []badAnswer {
 		}), broken: true},
 		{name: "hang before the headers", file: custom(func(_ http.ResponseWriter, r *http.Request, _ []byte) {
 			<-r.Context().Done()
-		}), cfg: func(c *config.Config) { c.Upstreams.HeaderTimeout = 300 * time.Millisecond }, broken: true},
+		}), cfg: func(o *envOptions) { o.upstream.HeaderTimeout = 300 * time.Millisecond }, broken: true},
 		{name: "reset mid-body", file: fault(faultReset), broken: true, midStream: large},
 		{name: "slow drip past the fill timeout", file: custom(func(w http.ResponseWriter, r *http.Request, body []byte) {
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -80,7 +79,7 @@ func badAnswers(large bool) []badAnswer {
 					return
 				}
 			}
-		}), cfg: func(c *config.Config) { c.Upstreams.FillTimeout = time.Second }, broken: true, midStream: large},
+		}), cfg: func(o *envOptions) { o.Upstreams.FillTimeout = time.Second }, broken: true, midStream: large},
 		{name: "Content-Length larger than the body", file: fault(faultWrongLen), broken: true, midStream: large},
 		{name: "cut chunked body", file: fault(faultTruncated), broken: true, midStream: large},
 		{name: "503", file: func(body []byte) fakeFile { return fakeFile{body: body, status: 503} }, broken: true},
@@ -489,9 +488,9 @@ func TestChecksumPolicies(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, func(cfg *config.Config) {
+			e := newEnv(t, func(o *envOptions) {
 				if c.global != "" {
-					cfg.Upstreams.ChecksumPolicy = c.global
+					o.Upstreams.ChecksumPolicy = c.global
 				}
 			})
 			up := newFakeUpstream(t)

@@ -516,9 +516,9 @@ func (s *Store) AdvisoryStatus() (AdvisoryStatus, error) {
 	return st, err
 }
 
-// AdvisoryByID returns a stored advisory (its record, without the
+// advisoryByID returns a stored advisory (its record, without the
 // packages' affected versions).
-func (s *Store) AdvisoryByID(id string) (Advisory, error) {
+func (s *Store) advisoryByID(id string) (Advisory, error) {
 	var a Advisory
 	err := s.db.View(func(tx kv.Tx) error {
 		var rec storedAdvisory

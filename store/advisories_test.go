@@ -83,7 +83,7 @@ func vulnLines(t *testing.T, s *Store, project int64) []string {
 	for _, d := range deps {
 		var vs []string
 		for _, v := range d.Vulnerabilities {
-			rec := ok(s.Vulnerability(v.ID))(t)
+			rec := ok(s.vulnerability(v.ID))(t)
 			vs = append(vs, fmt.Sprintf("%s %s %s %d", rec.ExternalID, v.Name, v.Severity, v.Origin))
 		}
 		out = append(out, d.Name+"@"+d.Version+": "+strings.Join(vs, ", "))
@@ -130,7 +130,7 @@ func TestAdvisoryImportUpdatesLists(t *testing.T) {
 		"ms@2.1.3: ",
 	})
 	wantLines(t, vulnLines(t, s, web.ID), []string{"lodash@4.17.21: ", "minimist@1.2.5: GHSA-xvch-5gv4-984h Prototype Pollution in minimist critical 2"})
-	appList := ok(s.DependencyListOf(app.ID))(t)
+	appList := ok(s.dependencyListOf(app.ID))(t)
 	if appList.Vulnerabilities != 3 {
 		t.Fatalf("app counts %d vulnerabilities, want 3", appList.Vulnerabilities)
 	}
@@ -169,14 +169,14 @@ func TestAdvisoryImportUpdatesLists(t *testing.T) {
 	if got := page(t, s, app.ID, nil, 1, 1)[0].Vulnerabilities[0].ID; got != idBefore {
 		t.Fatalf("minimist's vulnerability id moved from %d to %d", idBefore, got)
 	}
-	if n := ok(s.DependencyListOf(app.ID))(t).Vulnerabilities; n != 2 {
+	if n := ok(s.dependencyListOf(app.ID))(t).Vulnerabilities; n != 2 {
 		t.Fatalf("app counts %d vulnerabilities after the second import, want 2", n)
 	}
 	st := ok(s.AdvisoryStatus())(t)
 	if st.Advisories != 3 || len(st.Imports) != 1 || st.Imports[0].Removed != 2 {
 		t.Fatalf("status %+v", st)
 	}
-	if _, err := s.AdvisoryByID("PYSEC-1"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.advisoryByID("PYSEC-1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("PYSEC-1 after the full import without it: %v", err)
 	}
 }
@@ -311,7 +311,7 @@ func TestUploadMatchesAdvisories(t *testing.T) {
 	ok(s.ImportAdvisories(AdvisoryImport{Source: "db"}, advisories(adv("B-1", "b", "low", nil, "npm/b@1"))))(t)
 	ok(s.ReplaceDependencies(app.ID, []NewDependency{npmDep("b", "1")}, nil))(t)
 	wantLines(t, vulnLines(t, s, app.ID), []string{"b@1: B-1 b low 2"})
-	if l := ok(s.DependencyListOf(app.ID))(t); l.Vulnerabilities != 1 {
+	if l := ok(s.dependencyListOf(app.ID))(t); l.Vulnerabilities != 1 {
 		t.Fatalf("list %+v", l)
 	}
 }
@@ -329,7 +329,7 @@ func TestAdvisoryImportRefusals(t *testing.T) {
 	if res.Invalid != 2 || res.Added != 1 {
 		t.Fatalf("import %+v", res)
 	}
-	if a := ok(s.AdvisoryByID("OK"))(t); a.Severity != "unknown" {
+	if a := ok(s.advisoryByID("OK"))(t); a.Severity != "unknown" {
 		t.Fatalf("an unknown severity word is stored as %q", a.Severity)
 	}
 }

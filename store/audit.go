@@ -99,8 +99,8 @@ const (
 // lose an event over a long detail). GitLab cuts entity_path and
 // target_details at 5,500 characters; the short fields are names.
 const (
-	MaxAuditShort  = 255  // event name, author name and class, target type, IP address
-	MaxAuditDetail = 5500 // entity path, target details, message
+	maxAuditShort  = 255  // event name, author name and class, target type, IP address
+	maxAuditDetail = 5500 // entity path, target details, message
 )
 
 // auditRecordVersion leads every stored record, so that a later layout can
@@ -289,8 +289,8 @@ func prepareAudit(e *AuditEvent, now time.Time, prefix string, v *ValidationErro
 	switch {
 	case strings.TrimSpace(e.EventName) == "":
 		v.Add(prefix+"event_name", "is missing")
-	case len(e.EventName) > MaxAuditShort:
-		e.EventName = truncateAudit(e.EventName, MaxAuditShort)
+	case len(e.EventName) > maxAuditShort:
+		e.EventName = truncateAudit(e.EventName, maxAuditShort)
 	}
 	if auditEntityCode(e.EntityType) == 0 {
 		v.Add(prefix+"entity_type", "does not have a valid value")
@@ -341,9 +341,9 @@ func prepareAudit(e *AuditEvent, now time.Time, prefix string, v *ValidationErro
 	for _, f := range []struct {
 		s   *string
 		max int
-	}{{&e.AuthorName, MaxAuditShort}, {&e.AuthorClass, MaxAuditShort}, {&e.TargetType, MaxAuditShort},
-		{&e.IPAddress, MaxAuditShort}, {&e.EntityPath, MaxAuditDetail}, {&e.TargetDetails, MaxAuditDetail},
-		{&e.Message, MaxAuditDetail}, {&e.FirstDetails, MaxAuditDetail}, {&e.LastDetails, MaxAuditDetail}} {
+	}{{&e.AuthorName, maxAuditShort}, {&e.AuthorClass, maxAuditShort}, {&e.TargetType, maxAuditShort},
+		{&e.IPAddress, maxAuditShort}, {&e.EntityPath, maxAuditDetail}, {&e.TargetDetails, maxAuditDetail},
+		{&e.Message, maxAuditDetail}, {&e.FirstDetails, maxAuditDetail}, {&e.LastDetails, maxAuditDetail}} {
 		*f.s = truncateAudit(*f.s, f.max)
 	}
 }

@@ -137,8 +137,8 @@ func TestRecordAuditTruncates(t *testing.T) {
 	for _, c := range []struct {
 		name, val string
 		max       int
-	}{{"target_details", got.TargetDetails, MaxAuditDetail}, {"author_name", got.AuthorName, MaxAuditShort},
-		{"event_name", got.EventName, MaxAuditShort}} {
+	}{{"target_details", got.TargetDetails, maxAuditDetail}, {"author_name", got.AuthorName, maxAuditShort},
+		{"event_name", got.EventName, maxAuditShort}} {
 		if n := len([]rune(c.val)); n != c.max || !strings.HasSuffix(c.val, "...") {
 			t.Errorf("%s: %d characters ending %q, want %d ending ...", c.name, n, c.val[len(c.val)-5:], c.max)
 		}

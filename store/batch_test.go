@@ -57,7 +57,7 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 func countingBlobEnv(t testing.TB, o Options) (blobEnv, *countingDB) {
 	t.Helper()
 	s, db := openCounting(t, o)
-	b, err := OpenBlobs(t.TempDir())
+	b, err := OpenBlobs(t.TempDir(), BlobOptions{})
 	noErr(t, err)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)

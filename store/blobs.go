@@ -55,9 +55,8 @@ type Blobs struct {
 
 	// disk is the state of the data volume that fills consult (disk.go).
 	disk diskWatch
-	// fault, when set (by tests), makes temp file writes fail (SetWriteFault).
-	faultMu sync.Mutex
-	fault   func(written int64, n int) (int, error)
+	// faults, set by tests only, make the volume look full (disk.go).
+	faults *Faults
 
 	// remote, when set, keeps the blobs in an object store and this
 	// directory as a bounded local tier (blobs_remote.go).
@@ -73,12 +72,22 @@ type Digests struct {
 	SHA512 string
 }
 
+// BlobOptions configure OpenBlobs.
+type BlobOptions struct {
+	// Faults, for tests only, make the data volume look full (Faults).
+	// Default nil: the real volume.
+	Faults *Faults
+}
+
 // OpenBlobs prepares DATA_DIR/blobs/sha256 and DATA_DIR/tmp, and empties tmp:
 // anything there was left by a crash in the middle of a fill or an upload.
-func OpenBlobs(dataDir string) (*Blobs, error) {
+func OpenBlobs(dataDir string, o BlobOptions) (*Blobs, error) {
 	b := &Blobs{root: filepath.Join(dataDir, "blobs", "sha256"), tmp: filepath.Join(dataDir, "tmp"),
-		hashSlots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))}
+		hashSlots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)), faults: o.Faults}
 	b.disk = diskWatch{dir: b.root, statfs: statfs, now: time.Now}
+	if o.Faults != nil {
+		o.Faults.disk = &b.disk
+	}
 	for _, d := range []string{b.root, b.tmp} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return nil, fmt.Errorf("blobs: %w", err)
@@ -160,7 +169,7 @@ type BlobWriter struct {
 	name   string
 	n      int64
 	closed bool
-	fault  func(written int64, n int) (int, error) // see Blobs.SetWriteFault
+	fault  writeFaultFunc // see Faults
 
 	sums    [4]hash.Hash  // md5, sha1, sha256, sha512
 	started bool          // the hashers run
@@ -462,7 +471,7 @@ func (b *Blobs) place(tmp, sha string, size int64) (created bool, err error) {
 		os.Remove(tmp)
 		return false, fmt.Errorf("blobs: %w", err)
 	}
-	if err := SyncDir(dst); err != nil {
+	if err := syncDir(dst); err != nil {
 		// The rename may not be durable, and a crash would lose a file the
 		// index points at: undo and fail.
 		os.Remove(dst)
@@ -486,7 +495,7 @@ func (b *Blobs) mkdirs(sha string) error {
 		err := os.Mkdir(dir, 0o750)
 		switch {
 		case err == nil:
-			if err := SyncDir(filepath.Dir(dir)); err != nil {
+			if err := syncDir(filepath.Dir(dir)); err != nil {
 				return fmt.Errorf("blobs: fsync directory: %w", err)
 			}
 		case !errors.Is(err, fs.ErrExist):
@@ -529,7 +538,7 @@ const collectUnlinkers = 4
 // Between the commit and the last unlink, at most max blob files are on disk
 // that no entry refers to (a crash there leaves them to the next start's
 // Sweep). With remote blobs the objects go too, and every quarter of
-// OrphanGrace the orphan sweep runs (SweepOrphans).
+// OrphanGrace the orphan sweep runs (sweepOrphans).
 func (b *Blobs) Collect(s *Store, max int) (CollectResult, error) {
 	c, err := s.CollectPending(max)
 	out := CollectResult{Entries: c.Entries, More: c.More, Busy: c.Busy}

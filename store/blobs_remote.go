@@ -137,7 +137,7 @@ func OpenBlobsRemote(dataDir string, o RemoteBlobs) (*Blobs, error) {
 	if o.LocalCacheBytes <= 0 {
 		return nil, errors.New("blobs: the local cache of remote blobs needs a positive size")
 	}
-	b, err := OpenBlobs(dataDir)
+	b, err := OpenBlobs(dataDir, BlobOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -157,9 +157,9 @@ func OpenBlobsRemote(dataDir string, o RemoteBlobs) (*Blobs, error) {
 // Remote reports whether the blobs live in an object store.
 func (b *Blobs) Remote() bool { return b.remote != nil }
 
-// LocalCache reports the local tier's bytes (files and reservations) and
+// localCache reports the local tier's bytes (files and reservations) and
 // its budget; zeros for disk-only blobs.
-func (b *Blobs) LocalCache() (used, budget int64) {
+func (b *Blobs) localCache() (used, budget int64) {
 	if b.remote == nil {
 		return 0, 0
 	}
@@ -755,8 +755,8 @@ func (b *Blobs) sweepRemote(s *Store) (SweepResult, error) {
 	return out, nil
 }
 
-// OrphanResult is what one orphan sweep found in the object store.
-type OrphanResult struct {
+// orphanResult is what one orphan sweep found in the object store.
+type orphanResult struct {
 	Objects      int64 // objects listed
 	Bytes        int64
 	Removed      int // unreferenced objects older than the grace, deleted
@@ -768,12 +768,12 @@ type OrphanResult struct {
 // the index in one read transaction.
 const orphanBatch = 1000
 
-// SweepOrphans deletes the objects no entry refers to that are older than
+// sweepOrphans deletes the objects no entry refers to that are older than
 // OrphanGrace (by the store's clock against the object's upload time), and
 // aborts incomplete multipart uploads as old when the object store can.
 // Each delete rechecks the reference under the digest's lock.
-func (b *Blobs) SweepOrphans(ctx context.Context, s *Store) (OrphanResult, error) {
-	var out OrphanResult
+func (b *Blobs) sweepOrphans(ctx context.Context, s *Store) (orphanResult, error) {
+	var out orphanResult
 	t := b.remote
 	if t == nil {
 		return out, ErrNotRemote
@@ -852,7 +852,7 @@ func (b *Blobs) collectOrphans(s *Store, out *CollectResult) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	r, err := b.SweepOrphans(ctx, s)
+	r, err := b.sweepOrphans(ctx, s)
 	out.BlobsRemoved += r.Removed
 	out.BytesFreed += r.RemovedBytes
 	return err

@@ -184,7 +184,7 @@ func TestRemotePublishUploadsBeforeCommit(t *testing.T) {
 	if exists(b.Path(sha("the bytes"))) || func() bool { _, ok := e.object(t, sha("the bytes")); return ok }() {
 		t.Fatal("a failed publish left a blob behind")
 	}
-	if used, _ := b.LocalCache(); used != 0 {
+	if used, _ := b.localCache(); used != 0 {
 		t.Fatalf("local tier counts %d bytes after a failed publish", used)
 	}
 	tmp, _ := os.ReadDir(b.TempDir())
@@ -227,7 +227,7 @@ func TestRemoteSecondNodeStreamsFromTheBucket(t *testing.T) {
 	if n, bytes := b.Stats(); n != 1 || bytes != ent.Size {
 		t.Fatalf("B Stats = %d, %d", n, bytes)
 	}
-	if used, _ := b.LocalCache(); used != ent.Size {
+	if used, _ := b.localCache(); used != ent.Size {
 		t.Fatalf("B's tier counts %d bytes, want %d", used, ent.Size)
 	}
 	// A missing object is ErrNotFound (the proxy then fetches the file
@@ -268,7 +268,7 @@ func TestRemoteLocalTierStaysWithinBudget(t *testing.T) {
 			if disk := dirBytes(t, n); disk > budget {
 				t.Fatalf("after %d blobs node %s holds %d bytes of blob files, budget %d", i+1, name, disk, budget)
 			}
-			if used, _ := n.LocalCache(); used > budget {
+			if used, _ := n.localCache(); used > budget {
 				t.Fatalf("node %s's tier counts %d bytes", name, used)
 			}
 		}
@@ -352,7 +352,7 @@ func TestRemoteCorruptObjectIsNeverServed(t *testing.T) {
 	if len(tmp) != 0 {
 		t.Fatalf("temp files left: %v", tmp)
 	}
-	if used, _ := c.LocalCache(); used != 0 {
+	if used, _ := c.localCache(); used != 0 {
 		t.Fatalf("tier counts %d bytes after a cut read", used)
 	}
 }
@@ -368,7 +368,7 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 	// Not blob-shaped: left alone.
 	noErr(t, e.obj.Put(context.Background(), "sha256/zz/other", strings.NewReader("x"), 1))
 
-	r, err := a.SweepOrphans(context.Background(), e.s)
+	r, err := a.sweepOrphans(context.Background(), e.s)
 	noErr(t, err)
 	if r.Removed != 0 || r.Objects != 3 {
 		t.Fatalf("sweep within the grace: %+v", r)
@@ -377,7 +377,7 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 		t.Fatal("an orphan younger than the grace was deleted")
 	}
 	e.clock.Advance(time.Hour + time.Minute)
-	r, err = a.SweepOrphans(context.Background(), e.s)
+	r, err = a.sweepOrphans(context.Background(), e.s)
 	noErr(t, err)
 	if r.Removed != 1 || r.RemovedBytes != 8 {
 		t.Fatalf("sweep after the grace: %+v", r)
@@ -482,7 +482,7 @@ func TestOpenBlobsRemoteValidates(t *testing.T) {
 	if _, err := OpenBlobsRemote(t.TempDir(), RemoteBlobs{Objects: &faultyObjects{}}); err == nil {
 		t.Fatal("no local cache size accepted")
 	}
-	b, err := OpenBlobs(t.TempDir())
+	b, err := OpenBlobs(t.TempDir(), BlobOptions{})
 	noErr(t, err)
 	if _, err := b.OpenRemote(context.Background(), sha("x"), 1); !errors.Is(err, ErrNotRemote) {
 		t.Fatalf("OpenRemote on disk blobs: %v", err)

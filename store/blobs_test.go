@@ -15,20 +15,22 @@ import (
 
 // blobEnv is a store with one registry and upstream, and a blob store.
 type blobEnv struct {
-	s  *Store
-	b  *Blobs
-	up int64
+	s      *Store
+	b      *Blobs
+	faults *Faults // of b
+	up     int64
 }
 
 func newBlobEnv(t *testing.T) blobEnv {
 	t.Helper()
 	s, _ := openTest(t)
-	b, err := OpenBlobs(t.TempDir()) // not s.Path()'s dir: on another testEngine, Path is a DSN
+	faults := &Faults{}
+	b, err := OpenBlobs(t.TempDir(), BlobOptions{Faults: faults}) // not s.Path()'s dir: on another testEngine, Path is a DSN
 	noErr(t, err)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
 	u := up(t, s, r.ID, "https://repo.example.com/maven2")
-	return blobEnv{s: s, b: b, up: u.ID}
+	return blobEnv{s: s, b: b, faults: faults, up: u.ID}
 }
 
 // finished writes content to a new blob writer in two chunks and finishes it.
@@ -86,7 +88,7 @@ func TestOpenBlobsClearsTmp(t *testing.T) {
 	noErr(t, os.MkdirAll(filepath.Join(tmp, "sub"), 0o750))
 	noErr(t, os.WriteFile(filepath.Join(tmp, "blob-123"), []byte("half a jar"), 0o600))
 	noErr(t, os.WriteFile(filepath.Join(tmp, "sub", "x"), []byte("x"), 0o600))
-	b, err := OpenBlobs(dir)
+	b, err := OpenBlobs(dir, BlobOptions{})
 	noErr(t, err)
 	ents, err := os.ReadDir(b.TempDir())
 	noErr(t, err)

@@ -219,7 +219,7 @@ func BenchmarkBlobWriter64MiB(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	blobs, err := OpenBlobs(b.TempDir())
+	blobs, err := OpenBlobs(b.TempDir(), BlobOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

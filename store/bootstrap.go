@@ -10,8 +10,8 @@ import (
 	"registryd/store/kv"
 )
 
-// RootUsername is the admin user created on first start.
-const RootUsername = "root"
+// rootUsername is the admin user created on first start.
+const rootUsername = "root"
 
 // EnsureRoot creates, on an empty database, the admin user root and a
 // personal access token with scope api whose value is plain, in one
@@ -24,13 +24,13 @@ func (s *Store) EnsureRoot(plain string) (created bool, err error) {
 		if meta.Get(metaInitialized) != nil || tx.Bucket(bktUsers).KeyN() > 0 {
 			return nil
 		}
-		u, err := createUserTx(tx, User{Username: RootUsername, Name: "Administrator", Email: "admin@example.com",
+		u, err := createUserTx(tx, User{Username: rootUsername, Name: "Administrator", Email: "admin@example.com",
 			Admin: true, State: "active", CreatedAt: now})
 		if err != nil {
 			return err
 		}
 		if _, err := createTokenTx(tx, Token{UserID: u.ID, Name: "initial root token", Scopes: []string{ScopeAPI},
-			Hash: HashToken(plain), CreatedAt: now}); err != nil {
+			Hash: hashToken(plain), CreatedAt: now}); err != nil {
 			return err
 		}
 		created = true
@@ -100,11 +100,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return err
 	}
-	return SyncDir(path)
+	return syncDir(path)
 }
 
-// SyncDir fsyncs the directory holding path, making a rename durable.
-func SyncDir(path string) error {
+// syncDir fsyncs the directory holding path, making a rename durable.
+func syncDir(path string) error {
 	dir := path
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
 		dir = filepath.Dir(path)

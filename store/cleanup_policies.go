@@ -44,9 +44,9 @@ const (
 	MaxCleanupFailureMessage = 255
 )
 
-// CleanupPackageMaven is the key of the Maven figures in a run's detailed
+// cleanupPackageMaven is the key of the Maven figures in a run's detailed
 // metrics (GitLab keys them by package format).
-const CleanupPackageMaven = "maven"
+const cleanupPackageMaven = "maven"
 
 // CleanupMetrics are what a run deleted of one package format.
 type CleanupMetrics struct {
@@ -110,11 +110,11 @@ func (p CleanupPolicy) Runnable(now time.Time) bool {
 	return p.Enabled && p.Status != CleanupRunning && p.NextRunAt.Before(now)
 }
 
-// LastRunStart is when the policy's last run started: the run in
+// lastRunStart is when the policy's last run started: the run in
 // progress's start, else the last ended run's (LastRunStartedAt; for a run
 // that ended before registryd recorded starts, LastRunAt, its end). Zero
 // when the policy never ran.
-func (p CleanupPolicy) LastRunStart() time.Time {
+func (p CleanupPolicy) lastRunStart() time.Time {
 	switch {
 	case p.Run != nil:
 		return p.Run.StartedAt
@@ -126,12 +126,12 @@ func (p CleanupPolicy) LastRunStart() time.Time {
 	return time.Time{}
 }
 
-// RunNowWait is how long, at now, a manual run of the policy must still
+// runNowWait is how long, at now, a manual run of the policy must still
 // wait when manual runs are at least interval apart, counted from the last
-// run's start (LastRunStart): 0 when it may start. It is at most interval,
+// run's start (lastRunStart): 0 when it may start. It is at most interval,
 // even when the last start is after now (a clock set back).
-func (p CleanupPolicy) RunNowWait(now time.Time, interval time.Duration) time.Duration {
-	last := p.LastRunStart()
+func (p CleanupPolicy) runNowWait(now time.Time, interval time.Duration) time.Duration {
+	last := p.lastRunStart()
 	if interval <= 0 || last.IsZero() {
 		return 0
 	}

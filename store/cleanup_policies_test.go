@@ -167,7 +167,7 @@ func TestCleanupRunNowMinInterval(t *testing.T) {
 	}
 	clock.Advance(20 * time.Second) // the run took 20s
 	c, _ = ok3(s.FinishCleanupRun(g.ID, ""))(t)
-	if c.LastRunStartedAt == nil || !c.LastRunStartedAt.Equal(started) || !c.LastRunStart().Equal(started) {
+	if c.LastRunStartedAt == nil || !c.LastRunStartedAt.Equal(started) || !c.lastRunStart().Equal(started) {
 		t.Fatalf("last run start %v, want %v", c.LastRunStartedAt, started)
 	}
 	var tse *CleanupTooSoonError
@@ -202,13 +202,13 @@ func TestCleanupRunNowMinInterval(t *testing.T) {
 	// from that end; a start after now (a clock set back) waits at most
 	// the interval.
 	p := CleanupPolicy{LastRunAt: ptr(clock.Now())}
-	if got := p.RunNowWait(clock.Now().Add(10*time.Second), time.Minute); got != 50*time.Second {
+	if got := p.runNowWait(clock.Now().Add(10*time.Second), time.Minute); got != 50*time.Second {
 		t.Fatalf("wait from last_run_at %v", got)
 	}
-	if got := p.RunNowWait(clock.Now().Add(-time.Hour), time.Minute); got != time.Minute {
+	if got := p.runNowWait(clock.Now().Add(-time.Hour), time.Minute); got != time.Minute {
 		t.Fatalf("wait with the clock set back %v", got)
 	}
-	if got := (CleanupPolicy{}).RunNowWait(clock.Now(), time.Minute); got != 0 {
+	if got := (CleanupPolicy{}).runNowWait(clock.Now(), time.Minute); got != 0 {
 		t.Fatalf("never ran: wait %v", got)
 	}
 }

@@ -56,9 +56,9 @@ func (e *CleanupTooSoonError) Error() string {
 }
 
 // TooSoon returns the error that refuses a manual run of p at now, or nil
-// when its last run started at least interval before (see RunNowWait).
+// when its last run started at least interval before (see runNowWait).
 func (p CleanupPolicy) TooSoon(now time.Time, interval time.Duration) error {
-	if wait := p.RunNowWait(now, interval); wait > 0 {
+	if wait := p.runNowWait(now, interval); wait > 0 {
 		return &CleanupTooSoonError{Interval: interval, RetryAfter: wait}
 	}
 	return nil
@@ -280,7 +280,7 @@ func (s *Store) FinishCleanupRun(group int64, failure string) (CleanupPolicy, Cl
 			c.LastRunDeletedEntriesCount = run.DeletedEntries
 			c.LastRunDeletedSize = run.DeletedSize
 			c.LastRunDetailedMetrics = map[string]CleanupMetrics{
-				CleanupPackageMaven: {DeletedEntriesCount: run.DeletedEntries, DeletedSize: run.DeletedSize}}
+				cleanupPackageMaven: {DeletedEntriesCount: run.DeletedEntries, DeletedSize: run.DeletedSize}}
 		} else {
 			c.Status = CleanupFailed
 			c.FailureMessage = truncateAudit(failure, MaxCleanupFailureMessage)

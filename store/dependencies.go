@@ -359,9 +359,9 @@ func oldPackageKeys(byPkg kv.Bucket, project int64) map[string]bool {
 	return keys
 }
 
-// DependencyListOf returns the summary of a project's list; a project that
+// dependencyListOf returns the summary of a project's list; a project that
 // never had an SBOM has an empty one.
-func (s *Store) DependencyListOf(project int64) (DependencyList, error) {
+func (s *Store) dependencyListOf(project int64) (DependencyList, error) {
 	list := storedDepList{DependencyList: DependencyList{ProjectID: project, PackageManagers: map[string]int{}}}
 	err := s.db.View(func(tx kv.Tx) error {
 		getJSON(tx.Bucket(bktDepLists), itob(project), &list)
@@ -370,8 +370,8 @@ func (s *Store) DependencyListOf(project int64) (DependencyList, error) {
 	return list.DependencyList, err
 }
 
-// Vulnerability returns a vulnerability by id.
-func (s *Store) Vulnerability(id int64) (Vulnerability, error) {
+// vulnerability returns a vulnerability by id.
+func (s *Store) vulnerability(id int64) (Vulnerability, error) {
 	var v Vulnerability
 	err := s.db.View(func(tx kv.Tx) error {
 		if !getJSON(tx.Bucket(bktVulns), itob(id), &v) {

@@ -112,7 +112,7 @@ func TestReplaceDependenciesReplacesWhole(t *testing.T) {
 	if _, total, _ := s.Dependencies(pr.ID, nil, 0, 10); total != 0 {
 		t.Fatalf("after an empty upload total = %d", total)
 	}
-	if got := ok(s.DependencyListOf(pr.ID))(t); got.Dependencies != 0 || got.UpdatedAt.IsZero() {
+	if got := ok(s.dependencyListOf(pr.ID))(t); got.Dependencies != 0 || got.UpdatedAt.IsZero() {
 		t.Fatalf("summary after empty upload: %+v", got)
 	}
 }
@@ -149,7 +149,7 @@ func TestReplaceDependenciesVulnerabilityIDsAreStable(t *testing.T) {
 	if got[0].Vulnerabilities[0].ID != v1[1].ID {
 		t.Fatalf("CVE-2 id %d, was %d", got[0].Vulnerabilities[0].ID, v1[1].ID)
 	}
-	rec := ok(s.Vulnerability(v1[0].ID))(t)
+	rec := ok(s.vulnerability(v1[0].ID))(t)
 	if rec.ExternalID != "CVE-1" || rec.Severity != "critical" || rec.ProjectID != pr.ID {
 		t.Fatalf("CVE-1 record = %+v", rec)
 	}
@@ -303,7 +303,7 @@ func TestReplaceDependenciesManyChunks(t *testing.T) {
 			// Nothing of an earlier, longer list is left behind.
 			deps, byPM := depKeys(t, s, pr.ID)
 			runs := 0
-			for _, n := range ok(s.DependencyListOf(pr.ID))(t).PackageManagers {
+			for _, n := range ok(s.dependencyListOf(pr.ID))(t).PackageManagers {
 				runs += (n + posPerIndexChunk - 1) / posPerIndexChunk
 			}
 			if deps != (step.n+depsPerChunk-1)/depsPerChunk || byPM != runs {
@@ -354,7 +354,7 @@ func TestDependenciesReadsJSONLayout(t *testing.T) {
 	if total != 2 || depNames(got)[0] != "c@3" || len(got) != 1 {
 		t.Fatalf("old list, npm from 1: %v (%d)", depNames(got), total)
 	}
-	if l := ok(s.DependencyListOf(pr.ID))(t); l.Dependencies != 3 || l.PackageManagers["npm"] != 2 {
+	if l := ok(s.dependencyListOf(pr.ID))(t); l.Dependencies != 3 || l.PackageManagers["npm"] != 2 {
 		t.Fatalf("old summary: %+v", l)
 	}
 	// The next upload (shorter than the old list) replaces it.

@@ -45,7 +45,7 @@ type NewDeployToken struct {
 func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 	v := &ValidationError{}
 	validTokenName(v, n.Name)
-	validScopes(v, n.Scopes, DeployScopes)
+	validScopes(v, n.Scopes, deployScopes)
 	if len(n.Username) > 255 {
 		v.Add("username", "is too long (maximum is 255 characters)")
 	} else if n.Username != "" && !deployUsernameRE.MatchString(n.Username) {
@@ -58,7 +58,7 @@ func (s *Store) CreateDeployToken(n NewDeployToken) (DeployToken, error) {
 		return DeployToken{}, err
 	}
 	t := DeployToken{GroupID: n.GroupID, Name: n.Name, Username: n.Username,
-		Scopes: slices.Compact(slices.Sorted(slices.Values(n.Scopes))), Hash: HashToken(n.Plain),
+		Scopes: slices.Compact(slices.Sorted(slices.Values(n.Scopes))), Hash: hashToken(n.Plain),
 		ExpiresAt: n.ExpiresAt, CreatedAt: s.clock()}
 	err := s.update(true, false, func(tx kv.Tx) error {
 		t.Username = n.Username // derived from the id below; kv may run the function again

@@ -135,14 +135,14 @@ func (d *diskWatch) statusLocked() (st DiskStatus, avail int64) {
 	case held:
 		st.Filling = false
 		st.Reason = fmt.Sprintf("a write to the data volume failed for want of space %s ago (%s free)",
-			d.now().Sub(d.fullAt).Round(time.Second), FormatBytes(d.space.Free))
+			d.now().Sub(d.fullAt).Round(time.Second), formatBytes(d.space.Free))
 	case d.statErr == nil && d.space.Free <= d.reserve():
 		st.Filling = false
 		st.Reason = fmt.Sprintf("data volume full: %s free of %s, %s kept in reserve",
-			FormatBytes(d.space.Free), FormatBytes(d.space.Total), FormatBytes(d.reserve()))
+			formatBytes(d.space.Free), formatBytes(d.space.Total), formatBytes(d.reserve()))
 		if d.minFree > 0 {
 			st.Reason = fmt.Sprintf("data volume below cache.min_free_fraction: %s free of %s, %s kept free",
-				FormatBytes(d.space.Free), FormatBytes(d.space.Total), FormatBytes(d.reserve()))
+				formatBytes(d.space.Free), formatBytes(d.space.Total), formatBytes(d.reserve()))
 		}
 	}
 	if !st.Filling {
@@ -151,8 +151,8 @@ func (d *diskWatch) statusLocked() (st DiskStatus, avail int64) {
 	return st, avail
 }
 
-// FormatBytes writes n in binary units, for messages: "12.0 MiB".
-func FormatBytes(n int64) string {
+// formatBytes writes n in binary units, for messages: "12.0 MiB".
+func formatBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
@@ -234,10 +234,26 @@ func (b *Blobs) NoteDiskFull() {
 	d.fullFree = d.space.Free
 }
 
-// SetSpaceProbe replaces statfs(2) of the data volume, for tests that make
-// the volume full without filling a real one. nil restores statfs.
-func (b *Blobs) SetSpaceProbe(fn func() (Space, error)) {
-	d := &b.disk
+// Faults stand in for a full data volume, for tests that cannot fill a
+// real one (store's, and the proxy's disk-full tests): the volume's figures
+// are what the test says, and writes to temp files fail as on a full
+// volume. A test gives one to OpenBlobs (BlobOptions.Faults) and changes it
+// as it goes; nothing else makes one. One Faults serves one Blobs.
+type Faults struct {
+	mu    sync.Mutex
+	disk  *diskWatch     // of the Blobs opened with it
+	fault writeFaultFunc // nil: writes succeed
+}
+
+// writeFaultFunc is called with the bytes a writer has written and the length
+// of its next write, and returns how many of them to write and the error to
+// return after them (nil: write all).
+type writeFaultFunc func(written int64, n int) (int, error)
+
+// SetSpaceProbe replaces statfs(2) of the data volume with fn; nil
+// restores statfs. The next fill sees the new figures at once.
+func (f *Faults) SetSpaceProbe(fn func() (Space, error)) {
+	d := f.disk
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if fn == nil {
@@ -248,32 +264,35 @@ func (b *Blobs) SetSpaceProbe(fn func() (Space, error)) {
 	d.at = time.Time{}
 }
 
-// SetWriteFault makes writes to new temp files fail as a full volume would,
-// for tests: fault is called with the bytes a writer has written and the
-// length of the next write, and returns how many of them to write and the
-// error to return after them (nil: write all). nil removes the fault.
-func (b *Blobs) SetWriteFault(fault func(written int64, n int) (int, error)) {
-	b.faultMu.Lock()
-	defer b.faultMu.Unlock()
-	b.fault = fault
-}
-
-func (b *Blobs) writeFault() func(written int64, n int) (int, error) {
-	b.faultMu.Lock()
-	defer b.faultMu.Unlock()
-	return b.fault
-}
-
-// ENOSPCAfter is a write fault (see SetWriteFault) of a volume that has
-// room for limit bytes of each file: the write that crosses it writes what
-// fits and fails with ENOSPC.
-func ENOSPCAfter(limit int64) func(written int64, n int) (int, error) {
-	return func(written int64, n int) (int, error) {
+// ENOSPCAfter makes the temp files created from now on those of a volume
+// with room for limit bytes of each: the write that crosses it writes what
+// fits and fails with ENOSPC. A writer keeps the fault it was created with.
+func (f *Faults) ENOSPCAfter(limit int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault = func(written int64, n int) (int, error) {
 		if written+int64(n) <= limit {
 			return n, nil
 		}
 		return int(max(0, limit-written)), &wrapErr{op: "write", err: syscall.ENOSPC}
 	}
+}
+
+// NoWriteFault makes writes to temp files created from now on succeed again.
+func (f *Faults) NoWriteFault() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault = nil
+}
+
+// writeFault is the fault of a new temp file; nil without Faults.
+func (b *Blobs) writeFault() writeFaultFunc {
+	if b.faults == nil {
+		return nil
+	}
+	b.faults.mu.Lock()
+	defer b.faults.mu.Unlock()
+	return b.faults.fault
 }
 
 // wrapErr stands for the *fs.PathError of a real write.

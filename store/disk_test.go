@@ -35,7 +35,7 @@ func TestDiskWatch(t *testing.T) {
 	var mu sync.Mutex
 	space := Space{Free: 50 << 20, Total: 1 << 30} // reserve: 10.24 MiB
 	calls := 0
-	e.b.SetSpaceProbe(func() (Space, error) {
+	e.faults.SetSpaceProbe(func() (Space, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -45,7 +45,7 @@ func TestDiskWatch(t *testing.T) {
 		mu.Lock()
 		space.Free = free
 		mu.Unlock()
-		e.b.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); calls++; return space, nil })
+		e.faults.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); calls++; return space, nil })
 	}
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	e.b.disk.now = clock.Now
@@ -90,7 +90,7 @@ func TestDiskWatch(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	clock.Advance(fullHold - time.Second)
-	e.b.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); return space, nil })
+	e.faults.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); return space, nil })
 	if _, ok := e.b.Reserve(1); ok {
 		t.Fatal("filling during the hold")
 	}
@@ -111,7 +111,7 @@ func TestDiskWatch(t *testing.T) {
 // to go on with, and removes the temp file.
 func TestWriteFaultAndDetach(t *testing.T) {
 	e := newBlobEnv(t)
-	e.b.SetWriteFault(ENOSPCAfter(1000))
+	e.faults.ENOSPCAfter(1000)
 	w, err := e.b.Create()
 	noErr(t, err)
 	body := patterned(3000)
@@ -145,7 +145,7 @@ func TestWriteFaultAndDetach(t *testing.T) {
 	if d := SumHashes(sums, 3000); d != wantDigests(body) {
 		t.Fatalf("digests %+v", d)
 	}
-	e.b.SetWriteFault(nil)
+	e.faults.NoWriteFault()
 	w2, err := e.b.Create()
 	noErr(t, err)
 	if _, err := w2.Write(body); err != nil {
@@ -157,8 +157,8 @@ func TestWriteFaultAndDetach(t *testing.T) {
 func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 12 << 20: "12.0 MiB",
 		3<<30 + 1<<29: "3.5 GiB", 2 << 40: "2.0 TiB"} {
-		if got := FormatBytes(n); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

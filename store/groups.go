@@ -149,8 +149,8 @@ func ancestorsTx(tx kv.Tx, id int64) []Group {
 	return chain
 }
 
-// TopLevelGroup returns the root of the group's hierarchy.
-func (s *Store) TopLevelGroup(id int64) (Group, error) {
+// topLevelGroup returns the root of the group's hierarchy.
+func (s *Store) topLevelGroup(id int64) (Group, error) {
 	var g Group
 	err := s.db.View(func(tx kv.Tx) error {
 		chain := ancestorsTx(tx, id)

@@ -85,8 +85,8 @@ func TestListUsersPages(t *testing.T) {
 			t.Fatalf("ListUsers(%d, %d) = %v total %d, want %q total 5", tc.offset, tc.limit, names, total, tc.want)
 		}
 	}
-	if n := s.CountUsers(); n != 5 {
-		t.Fatalf("CountUsers = %d", n)
+	if n := s.countUsers(); n != 5 {
+		t.Fatalf("countUsers = %d", n)
 	}
 }
 
@@ -147,7 +147,7 @@ func TestTokens(t *testing.T) {
 	if err := s.RevokeToken(999); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("revoking an unknown token: %v", err)
 	}
-	if _, _, err := s.TokenByHash(HashToken("no such token")); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.TokenByHash(hashToken("no such token")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("TokenByHash of an unknown value: %v", err)
 	}
 }
@@ -222,8 +222,8 @@ func TestGroupsAndProjects(t *testing.T) {
 		t.Fatalf("subgroup = %+v", plat)
 	}
 	deep := ok(s.CreateGroup(NewGroup{Name: "Deep", Path: "deep", ParentID: plat.ID}))(t)
-	if top := ok(s.TopLevelGroup(deep.ID))(t); top.ID != acme.ID {
-		t.Fatalf("TopLevelGroup(deep) = %+v", top)
+	if top := ok(s.topLevelGroup(deep.ID))(t); top.ID != acme.ID {
+		t.Fatalf("topLevelGroup(deep) = %+v", top)
 	}
 	if got := ok(s.GroupByRef("Acme/Platform"))(t); got.ID != plat.ID {
 		t.Fatalf("GroupByRef by path: %+v", got)
@@ -451,11 +451,11 @@ func TestEnsureRoot(t *testing.T) {
 	if !s.Initialized() {
 		t.Fatal("not initialised after EnsureRoot")
 	}
-	tok, u, err := s.TokenByHash(HashToken("first-root-token-value"))
-	if err != nil || u.Username != RootUsername || !u.Admin || strings.Join(tok.Scopes, ",") != ScopeAPI {
+	tok, u, err := s.TokenByHash(hashToken("first-root-token-value"))
+	if err != nil || u.Username != rootUsername || !u.Admin || strings.Join(tok.Scopes, ",") != ScopeAPI {
 		t.Fatalf("root token: %+v %+v %v", tok, u, err)
 	}
-	if _, _, err := s.TokenByHash(HashToken("second-root-token-value")); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.TokenByHash(hashToken("second-root-token-value")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the second EnsureRoot stored a token: %v", err)
 	}
 }

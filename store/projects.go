@@ -28,9 +28,9 @@ type NewProject struct {
 	NamespaceID, CreatorID              int64
 }
 
-// DefaultProjectPath derives a path from a name as GitLab does for the common
+// defaultProjectPath derives a path from a name as GitLab does for the common
 // case: lower-case, spaces to dashes.
-func DefaultProjectPath(name string) string {
+func defaultProjectPath(name string) string {
 	return strings.ToLower(strings.Join(strings.Fields(name), "-"))
 }
 
@@ -40,7 +40,7 @@ func (s *Store) CreateProject(n NewProject) (Project, error) {
 		n.Visibility = Private
 	}
 	if n.Path == "" {
-		n.Path = DefaultProjectPath(n.Name)
+		n.Path = defaultProjectPath(n.Name)
 	}
 	if err := validNamespaced(n.Name, n.Path, n.Visibility, n.Description, 2000); err != nil {
 		return Project{}, err

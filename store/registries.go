@@ -221,9 +221,9 @@ func (s *Store) DeleteRegistry(id int64, unmodifiedSince *time.Time) error {
 	})
 }
 
-// ExclusiveUpstreams lists the ids of the registry's upstreams that belong to
+// exclusiveUpstreams lists the ids of the registry's upstreams that belong to
 // no other registry.
-func (s *Store) ExclusiveUpstreams(registry int64) ([]int64, error) {
+func (s *Store) exclusiveUpstreams(registry int64) ([]int64, error) {
 	var out []int64
 	err := s.db.View(func(tx kv.Tx) error {
 		if _, ok := registryTx(tx, registry); !ok {

@@ -317,9 +317,9 @@ func TestDeleteRegistryKeepsSharedUpstreams(t *testing.T) {
 		ok(s.PutCacheEntry(CacheEntry{UpstreamID: u, RelativePath: "/a/b/1/b-1.jar", SHA256: fmt.Sprintf("%064d", u), Size: 10}))(t)
 	}
 
-	excl := ok(s.ExclusiveUpstreams(r.ID))(t)
+	excl := ok(s.exclusiveUpstreams(r.ID))(t)
 	if fmt.Sprint(excl) != fmt.Sprint([]int64{own1.ID, own2.ID}) {
-		t.Fatalf("ExclusiveUpstreams = %v, want %v", excl, []int64{own1.ID, own2.ID})
+		t.Fatalf("exclusiveUpstreams = %v, want %v", excl, []int64{own1.ID, own2.ID})
 	}
 
 	noErr(t, s.DeleteRegistry(r.ID, nil))

@@ -92,7 +92,7 @@ func TestTokenValuesNotStored(t *testing.T) {
 		}
 	}
 	tok, user := func() (Token, User) {
-		tk, us, err := s.TokenByHash(HashToken(patPlain))
+		tk, us, err := s.TokenByHash(hashToken(patPlain))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestTokenValuesNotStored(t *testing.T) {
 	if user.ID != u.ID || tok.UserID != u.ID {
 		t.Fatalf("TokenByHash: token %+v user %+v", tok, user)
 	}
-	if ok(s.DeployTokenByHash(HashToken(deployPlain)))(t).GroupID != g.ID {
+	if ok(s.DeployTokenByHash(hashToken(deployPlain)))(t).GroupID != g.ID {
 		t.Fatal("DeployTokenByHash found the wrong token")
 	}
 }

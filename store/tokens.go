@@ -17,11 +17,11 @@ const (
 	ScopeReadVirtualRegistry = "read_virtual_registry"
 )
 
-// PersonalScopes are the scopes a personal access token may carry.
-var PersonalScopes = []string{ScopeAPI, ScopeReadAPI, ScopeReadUser, ScopeReadVirtualRegistry}
+// personalScopes are the scopes a personal access token may carry.
+var personalScopes = []string{ScopeAPI, ScopeReadAPI, ScopeReadUser, ScopeReadVirtualRegistry}
 
-// DeployScopes are the scopes a group deploy token may carry.
-var DeployScopes = []string{ScopeReadVirtualRegistry}
+// deployScopes are the scopes a group deploy token may carry.
+var deployScopes = []string{ScopeReadVirtualRegistry}
 
 // Token is a personal access token. Only the SHA-256 of its value is stored.
 type Token struct {
@@ -40,8 +40,8 @@ func (t Token) Active(now time.Time) bool { return !t.Revoked && !expired(t.Expi
 
 func expired(at *time.Time, now time.Time) bool { return at != nil && !now.Before(*at) }
 
-// HashToken is the stored form of a token value.
-func HashToken(plain string) []byte {
+// hashToken is the stored form of a token value.
+func hashToken(plain string) []byte {
 	h := sha256.Sum256([]byte(plain))
 	return h[:]
 }
@@ -80,7 +80,7 @@ func validTokenName(v *ValidationError, name string) {
 func (s *Store) CreateToken(n NewToken) (Token, error) {
 	v := &ValidationError{}
 	validTokenName(v, n.Name)
-	validScopes(v, n.Scopes, PersonalScopes)
+	validScopes(v, n.Scopes, personalScopes)
 	if n.ExpiresAt != nil && !n.ExpiresAt.After(s.clock()) {
 		v.Add("expires_at", "must be in the future")
 	}
@@ -88,7 +88,7 @@ func (s *Store) CreateToken(n NewToken) (Token, error) {
 		return Token{}, err
 	}
 	t := Token{UserID: n.UserID, Name: n.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(n.Scopes))),
-		Hash: HashToken(n.Plain), ExpiresAt: n.ExpiresAt, CreatedAt: s.clock()}
+		Hash: hashToken(n.Plain), ExpiresAt: n.ExpiresAt, CreatedAt: s.clock()}
 	err := s.update(true, false, func(tx kv.Tx) error {
 		var err error
 		t, err = createTokenTx(tx, t)

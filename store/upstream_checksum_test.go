@@ -114,8 +114,8 @@ func TestUpstreamChecksumPolicy(t *testing.T) {
 func TestValidChecksumPolicy(t *testing.T) {
 	for p, want := range map[string]bool{"": true, "verify": true, "require": true, "off": true,
 		"VERIFY": false, "on": false, "none": false, "verify ": false} {
-		if got := ValidChecksumPolicy(p); got != want {
-			t.Errorf("ValidChecksumPolicy(%q) = %v", p, got)
+		if got := validChecksumPolicy(p); got != want {
+			t.Errorf("validChecksumPolicy(%q) = %v", p, got)
 		}
 	}
 }

@@ -26,9 +26,9 @@ func TestUpstreamNotFoundCacheMinutes(t *testing.T) {
 			val *int
 			msg string // the validation message, "" when valid
 		}{
-			{nil, ""}, {minutesPtr(0), ""}, {minutesPtr(1), ""}, {minutesPtr(60), ""}, {minutesPtr(MaxNotFoundCacheMinutes), ""},
+			{nil, ""}, {minutesPtr(0), ""}, {minutesPtr(1), ""}, {minutesPtr(60), ""}, {minutesPtr(maxNotFoundCacheMinutes), ""},
 			{minutesPtr(-1), "must be greater than or equal to 0"},
-			{minutesPtr(MaxNotFoundCacheMinutes + 1), "must be less than or equal to 10080"},
+			{minutesPtr(maxNotFoundCacheMinutes + 1), "must be less than or equal to 10080"},
 		}
 		for i, tc := range tests {
 			for f, field := range fields {

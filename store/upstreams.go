@@ -9,8 +9,8 @@ import (
 	"registryd/store/kv"
 )
 
-// DefaultValidityHours is the default of both cache validity settings.
-const DefaultValidityHours = 24
+// defaultValidityHours is the default of both cache validity settings.
+const defaultValidityHours = 24
 
 // The checksum policies of an upstream: what a fill checks of the checksums
 // the upstream offers. An upstream's ChecksumPolicy is one of them, or ""
@@ -27,9 +27,9 @@ const (
 	ChecksumOff = "off"
 )
 
-// ValidChecksumPolicy reports whether p is a policy an upstream may carry:
+// validChecksumPolicy reports whether p is a policy an upstream may carry:
 // one of the three, or "" for the global default.
-func ValidChecksumPolicy(p string) bool {
+func validChecksumPolicy(p string) bool {
 	switch p {
 	case "", ChecksumVerify, ChecksumRequire, ChecksumOff:
 		return true
@@ -37,10 +37,10 @@ func ValidChecksumPolicy(p string) bool {
 	return false
 }
 
-// MaxNotFoundCacheMinutes bounds an upstream's negative-cache overrides
+// maxNotFoundCacheMinutes bounds an upstream's negative-cache overrides
 // (not_found_cache_minutes, metadata_not_found_cache_minutes): a week. A
 // file published upstream must not stay invisible for longer.
-const MaxNotFoundCacheMinutes = 7 * 24 * 60
+const maxNotFoundCacheMinutes = 7 * 24 * 60
 
 // Upstream is a remote Maven repository of a top-level group. Password is
 // sealed at rest and only ever returned by this package to callers that fetch
@@ -94,7 +94,7 @@ type NewUpstream struct {
 	ChecksumPolicy string
 	// nil means the default of 24 hours.
 	CacheValidityHours, MetadataCacheValidityHours *int
-	// The negative-cache overrides, 0..MaxNotFoundCacheMinutes; nil follows
+	// The negative-cache overrides, 0..maxNotFoundCacheMinutes; nil follows
 	// the global config.
 	NotFoundCacheMinutes, MetadataNotFoundCacheMinutes *int
 }
@@ -133,7 +133,7 @@ func validUpstream(u Upstream) error {
 	case u.Password != "" && u.Username == "":
 		v.Add("username", "can't be blank")
 	}
-	if !ValidChecksumPolicy(u.ChecksumPolicy) {
+	if !validChecksumPolicy(u.ChecksumPolicy) {
 		v.Add("checksum_policy", "is invalid")
 	}
 	validMinutes(v, "not_found_cache_minutes", u.NotFoundCacheMinutes)
@@ -147,8 +147,8 @@ func validMinutes(v *ValidationError, field string, m *int) {
 	case m == nil:
 	case *m < 0:
 		v.Add(field, "must be greater than or equal to 0")
-	case *m > MaxNotFoundCacheMinutes:
-		v.Add(field, "must be less than or equal to "+strconv.Itoa(MaxNotFoundCacheMinutes))
+	case *m > maxNotFoundCacheMinutes:
+		v.Add(field, "must be less than or equal to "+strconv.Itoa(maxNotFoundCacheMinutes))
 	}
 }
 
@@ -207,7 +207,7 @@ func schemeVariant(url string) string {
 func (s *Store) CreateUpstream(registry int64, n NewUpstream) (PositionedUpstream, error) {
 	now := s.clock()
 	u := Upstream{URL: n.URL, Name: n.Name, Description: n.Description, Username: n.Username, Password: n.Password,
-		ChecksumPolicy: n.ChecksumPolicy, CacheValidityHours: DefaultValidityHours, MetadataCacheValidityHours: DefaultValidityHours,
+		ChecksumPolicy: n.ChecksumPolicy, CacheValidityHours: defaultValidityHours, MetadataCacheValidityHours: defaultValidityHours,
 		NotFoundCacheMinutes: clonePtr(n.NotFoundCacheMinutes), MetadataNotFoundCacheMinutes: clonePtr(n.MetadataNotFoundCacheMinutes),
 		CreatedAt: now, UpdatedAt: now}
 	if n.CacheValidityHours != nil {

@@ -147,8 +147,8 @@ func (s *Store) UserByUsername(name string) (User, error) {
 	return u, err
 }
 
-// CountUsers is how many users exist.
-func (s *Store) CountUsers() int {
+// countUsers is how many users exist.
+func (s *Store) countUsers() int {
 	n := 0
 	_ = s.db.View(func(tx kv.Tx) error { n = tx.Bucket(bktUsers).KeyN(); return nil })
 	return n

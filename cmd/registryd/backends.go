@@ -79,7 +79,7 @@ func openObjects(ctx context.Context, cfg config.Config) (objects.Store, error) 
 // cluster-wide lease of a blob through st, so that one node uploads it.
 func openBlobs(ctx context.Context, cfg config.Config, st *store.Store) (*store.Blobs, error) {
 	if cfg.Blobs.Backend != config.BlobsS3 {
-		return store.OpenBlobs(cfg.Data.Dir)
+		return store.OpenBlobs(cfg.Data.Dir, store.BlobOptions{})
 	}
 	objs, err := openObjects(ctx, cfg)
 	if err != nil {

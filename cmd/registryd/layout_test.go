@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,6 +51,14 @@ func TestLayout(t *testing.T) {
 					t.Errorf("%s imports %s: %s", r.pkg, imp, r.why)
 				}
 			}
+		}
+	}
+	// Each component takes Options of its own; cmd maps the configuration
+	// onto them, and bench writes configurations for the daemons it starts.
+	mayImportConfig := map[string]bool{"cmd/registryd": true, "bench": true}
+	for pkg, imps := range imports {
+		if !mayImportConfig[pkg] && slices.Contains(imps, "registryd/config") {
+			t.Errorf("%s imports registryd/config: only cmd and bench do; take Options of your own", pkg)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Command registryd is a Maven caching proxy and virtual registry with a
 // GitLab-compatible management API. main only wires: parse flags, load
-// config, open the store, start the listeners, and stop in reverse.
+// config and map it onto each component's Options (options.go), open the
+// store, start the listeners, and stop in reverse.
 package main
 
 import (
@@ -261,20 +262,13 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err := registerIndexMetrics(reg, st, engine); err != nil {
 		return err
 	}
-	authSvc := auth.New(st, cfg, nil)
-	upClient := upstream.New(upstream.Options{
-		AllowLocalNetwork: cfg.Upstreams.AllowLocalNetwork,
-		ConnectTimeout:    cfg.Upstreams.ConnectTimeout,
-		HeaderTimeout:     cfg.Upstreams.HeaderTimeout,
-		CheckTimeout:      cfg.Upstreams.CheckTimeout,
-		MaxRedirects:      redirects(cfg.Upstreams.MaxRedirects),
-		MaxRetryAfter:     cfg.Upstreams.MaxBackoff,
-		Logger:            log,
-	})
+	authSvc := auth.New(st, authOptions(cfg))
+	upClient := upstream.New(upstreamOptions(cfg, log))
 	defer upClient.CloseIdleConnections()
+	proxyOpts := proxyOptions(cfg)
 	// One health tracker for both listeners: the proxy reports to it and
 	// skips unhealthy upstreams, the admin API shows it.
-	health := proxy.NewHealth(cfg, log, nil)
+	health := proxy.NewHealth(proxyOpts.Upstreams, log, nil)
 
 	// Temp files of fills cut short by a crash go first; then blob files
 	// that no entry refers to (a crash between a collector commit and its
@@ -293,6 +287,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// nil when proxy.access_log is off: the proxy then writes none.
 	accessW, accessName, closeAccess, err := accessLogWriter(cfg, logw)
 	if err != nil {
 		return err
@@ -326,23 +321,26 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	// The cleanup scheduler flushes the proxy's download counts before a
 	// run, so it needs the proxy server, created below.
 	var proxySrv *proxy.Server
-	cleaner, err := cleanup.New(cleanup.Options{Store: st, Config: cfg.Cleanup, Logger: log, Registerer: reg,
-		BeforeRun: func() error { return proxySrv.FlushDownloads() }})
+	cleanOpts := cleanupOptions(cfg)
+	cleanOpts.Store, cleanOpts.Logger, cleanOpts.Registerer = st, log, reg
+	cleanOpts.BeforeRun = func() error { return proxySrv.FlushDownloads() }
+	cleaner, err := cleanup.New(cleanOpts)
 	if err != nil {
 		return err
 	}
-	importer, err := advisories.New(advisories.Options{Store: st, Config: cfg.Advisories, TempDir: cfg.Path("tmp"),
-		Logger: log, Registerer: reg})
+	advOpts := advisoriesOptions(cfg)
+	advOpts.Store, advOpts.Logger, advOpts.Registerer = st, log, reg
+	importer, err := advisories.New(advOpts)
 	if err != nil {
 		return err
 	}
-	adminSrv, err := admin.New(admin.Deps{Config: cfg, Store: st, Auth: authSvc, Upstream: upClient, Health: health,
+	adminSrv, err := admin.New(admin.Deps{Options: adminOptions(cfg), Store: st, Auth: authSvc, Upstream: upClient, Health: health,
 		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer,
 		Disk: blobs.DiskStatus, Version: version})
 	if err != nil {
 		return err
 	}
-	proxySrv, err = proxy.New(proxy.Deps{Config: cfg, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
+	proxySrv, err = proxy.New(proxy.Deps{Options: proxyOpts, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
 		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW})
 	if err != nil {
 		return err
@@ -421,15 +419,6 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	proxySrv.StopCollector()
 	log.Info("registryd stopped")
 	return runErr
-}
-
-// redirects maps the config's "0 = follow none" onto the client's convention,
-// where zero means its default and a negative value means none.
-func redirects(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // secretKey is the configured key (secrets.key or secrets.key_file), or

@@ -1,0 +1,261 @@
+package proxy
+
+import "time"
+
+// Options are the proxy's settings, in the sections of registryd's
+// configuration they come from (cmd maps config.Config onto them). A zero
+// field takes the default its comment gives, which is registryd's own
+// (config.Default; TestDefaultsAreConfigs keeps them equal). Where 0 is a
+// setting of its own in the configuration (off, none), a negative value
+// says it here.
+type Options struct {
+	Listener  ListenerOptions
+	Cache     CacheOptions
+	Upstreams UpstreamOptions
+	Metadata  MetadataOptions
+	Audit     AuditOptions
+}
+
+// ListenerOptions bound the fasthttp listener (the proxy section).
+type ListenerOptions struct {
+	// HeaderTimeout bounds receiving one request line plus its headers
+	// (proxy.header_timeout). Default 10s.
+	HeaderTimeout time.Duration
+	// ReadTimeout bounds reading one request's body, from the end of its
+	// headers (proxy.read_timeout). Default 60s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response (proxy.write_timeout).
+	// Default 30m.
+	WriteTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections (proxy.idle_timeout).
+	// Default 120s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps the request line plus headers; larger requests
+	// get 431 (proxy.max_header_bytes). Default 16KiB.
+	MaxHeaderBytes int
+	// Concurrency caps the connections served at once; one more is
+	// answered 503 (proxy.concurrency). Default 8192.
+	Concurrency int
+	// MaxConnsPerClient caps the open connections of one client, with a
+	// fair share once half of Concurrency is open
+	// (proxy.max_conns_per_client). Default 256; negative turns both off.
+	MaxConnsPerClient int
+	// MaxUploadBytes caps a gateway upload body (proxy.max_upload_bytes).
+	// Default 5GiB.
+	MaxUploadBytes int64
+	// AccessLogJSON writes the access log (Deps.AccessLog) as JSON lines
+	// (log.format json). Default false: text.
+	AccessLogJSON bool
+}
+
+// CacheOptions tune the artifact cache (the cache section).
+type CacheOptions struct {
+	// MaxFileBytes refuses to cache larger files (cache.max_file_bytes).
+	// Default 5GiB.
+	MaxFileBytes int64
+	// CollectInterval is how often the collector looks for entries pending
+	// destruction (cache.collect_interval). Default 2s.
+	CollectInterval time.Duration
+	// FlushInterval is how often download counters are written
+	// (cache.flush_interval). Default 1s.
+	FlushInterval time.Duration
+	// MemoryBytes is how many bytes of small cached files are also kept in
+	// memory (cache.memory_bytes). Default 32MiB; negative keeps none.
+	MemoryBytes int64
+	// MemoryMaxFileBytes is the largest file kept in memory
+	// (cache.memory_max_file_bytes). Default 64KiB; negative keeps none.
+	MemoryMaxFileBytes int64
+	// MaxBytes is the disk budget of the cached files, kept by eviction
+	// (cache.max_bytes). Default 0: no budget.
+	MaxBytes int64
+	// MaxPendingStores bounds the fills whose file is being stored after
+	// their clients were answered (cache.max_pending_stores). Default 512.
+	MaxPendingStores int
+	// MinFreeFraction is the share of the data volume kept free, by
+	// eviction and by fills that stream uncached below it
+	// (cache.min_free_fraction). Default 0: off.
+	MinFreeFraction float64
+	// MaxLocks is how many cluster locks the index engine holds at once
+	// (store.postgres.max_locks): fill leases take at most half of them.
+	// Default 32.
+	MaxLocks int
+}
+
+// UpstreamOptions govern how the cache asks upstreams (the upstreams
+// section), and the health tracker NewHealth builds.
+type UpstreamOptions struct {
+	// FillTimeout bounds one whole upstream fetch into the cache
+	// (upstreams.fill_timeout). Default 30m.
+	FillTimeout time.Duration
+	// ChecksumPolicy is what a fill checks of the checksums of an upstream
+	// without a checksum_policy of its own: store.ChecksumVerify,
+	// ChecksumRequire or ChecksumOff (upstreams.checksum_policy). Default
+	// "": verify.
+	ChecksumPolicy string
+	// NotFoundTTL is how long an upstream's 404 or 410 for a file is
+	// remembered, unless the upstream says otherwise
+	// (upstreams.not_found_ttl). Default 1h; negative remembers none.
+	NotFoundTTL time.Duration
+	// MetadataNotFoundTTL is NotFoundTTL for maven-metadata.xml
+	// (upstreams.metadata_not_found_ttl). Default 5m; negative remembers
+	// none.
+	MetadataNotFoundTTL time.Duration
+	// MaxConcurrentRequests caps the requests out to one upstream at once
+	// (upstreams.max_concurrent_requests). Default 20.
+	MaxConcurrentRequests int
+	// ReservedSmallRequests is how many of them only small files may take
+	// (upstreams.reserved_small_requests). Default 4; negative reserves
+	// none.
+	ReservedSmallRequests int
+	// SmallFileBytes is the largest Content-Length that counts a fill as
+	// small (upstreams.small_file_bytes). Default 1MiB.
+	SmallFileBytes int64
+
+	// Backoff is how long an unhealthy upstream is skipped before a trial
+	// (upstreams.backoff). Default 10s.
+	Backoff time.Duration
+	// MaxBackoff caps Backoff's doubling, and the Retry-After an
+	// upstream's pause is passed on to clients with
+	// (upstreams.max_backoff). Default 10m.
+	MaxBackoff time.Duration
+	// FailureThreshold is how many distinct paths failing within
+	// FailureWindow mark an upstream unhealthy (upstreams.failure_threshold).
+	// Default 3.
+	FailureThreshold int
+	// PathFailureThreshold is how many failures of one path within
+	// FailureWindow open its breaker (upstreams.path_failure_threshold).
+	// Default 2.
+	PathFailureThreshold int
+	// FailureWindow is how long a failure counts
+	// (upstreams.failure_window). Default 1m.
+	FailureWindow time.Duration
+	// MaxFailingPaths bounds the path breakers kept in memory
+	// (upstreams.max_failing_paths). Default 10000.
+	MaxFailingPaths int
+	// TrialTimeout is how long a health trial may go without a verdict
+	// before another request may try: registryd passes the upstream
+	// client's connect plus header timeouts (upstreams.connect_timeout +
+	// upstreams.header_timeout), by when the trial has its answer or its
+	// error. Default 20s.
+	TrialTimeout time.Duration
+}
+
+// MetadataOptions bound merged maven-metadata.xml and prefix files (the
+// metadata section).
+type MetadataOptions struct {
+	// MaxDocumentBytes bounds one upstream's document and a merged answer
+	// (metadata.max_document_bytes). Default 16MiB.
+	MaxDocumentBytes int64
+	// PartialTTL is how long a merge that lacks a failed upstream's
+	// document is reused (metadata.partial_ttl). Default 1m; negative
+	// reuses none.
+	PartialTTL time.Duration
+	// MemoryBytes bounds the merged documents kept in memory
+	// (metadata.memory_bytes). Default 32MiB; negative keeps none.
+	MemoryBytes int64
+	// MaxVersions bounds the versions of one document and of a merged
+	// answer (metadata.max_versions). Default 100000.
+	MaxVersions int
+	// MaxElements bounds the XML elements of one document and of a merged
+	// answer (metadata.max_elements). Default 1048576.
+	MaxElements int
+	// MaxMergingBytes bounds the documents being merged at once
+	// (metadata.max_merging_bytes). Default 64MiB.
+	MaxMergingBytes int64
+	// MergeWait is how long a merge waits for room under MaxMergingBytes
+	// (metadata.merge_wait). Default 2s; negative refuses at once.
+	MergeWait time.Duration
+}
+
+// AuditOptions bound the audit events of rule denials (the audit section).
+type AuditOptions struct {
+	// Retention is how long audit events are kept (audit.retention).
+	// Default 26280h (3 years); negative keeps them forever.
+	Retention time.Duration
+	// CallerDenialsPerMinute is how many refusals of one caller are
+	// recorded as events of their own per minute
+	// (audit.caller_denials_per_minute). Default 30.
+	CallerDenialsPerMinute int
+	// RegistryDenialsPerMinute is the same bound for all callers of one
+	// registry (audit.registry_denials_per_minute). Default 300.
+	RegistryDenialsPerMinute int
+	// AggregateInterval is how long refusals past those bounds are counted
+	// before their aggregate events are written (audit.aggregate_interval).
+	// Default 1m.
+	AggregateInterval time.Duration
+}
+
+// withDefaults fills the zero fields of o with their defaults and turns
+// the negative ones into the 0 (off, none) the code below reads.
+func (o Options) withDefaults() Options {
+	l := &o.Listener
+	l.HeaderTimeout = orDefault(l.HeaderTimeout, 10*time.Second)
+	l.ReadTimeout = orDefault(l.ReadTimeout, 60*time.Second)
+	l.WriteTimeout = orDefault(l.WriteTimeout, 30*time.Minute)
+	l.IdleTimeout = orDefault(l.IdleTimeout, 120*time.Second)
+	l.MaxHeaderBytes = orDefault(l.MaxHeaderBytes, 16<<10)
+	l.Concurrency = orDefault(l.Concurrency, 8192)
+	l.MaxConnsPerClient = orOff(l.MaxConnsPerClient, 256)
+	l.MaxUploadBytes = orDefault(l.MaxUploadBytes, 5<<30)
+
+	c := &o.Cache
+	c.MaxFileBytes = orDefault(c.MaxFileBytes, 5<<30)
+	c.CollectInterval = orDefault(c.CollectInterval, 2*time.Second)
+	c.FlushInterval = orDefault(c.FlushInterval, time.Second)
+	c.MemoryBytes = orOff(c.MemoryBytes, 32<<20)
+	c.MemoryMaxFileBytes = orOff(c.MemoryMaxFileBytes, 64<<10)
+	c.MaxBytes = max(c.MaxBytes, 0)
+	c.MaxPendingStores = orDefault(c.MaxPendingStores, 512)
+	c.MinFreeFraction = max(c.MinFreeFraction, 0)
+	c.MaxLocks = orDefault(c.MaxLocks, 32)
+
+	u := &o.Upstreams
+	u.FillTimeout = orDefault(u.FillTimeout, 30*time.Minute)
+	u.NotFoundTTL = orOff(u.NotFoundTTL, time.Hour)
+	u.MetadataNotFoundTTL = orOff(u.MetadataNotFoundTTL, 5*time.Minute)
+	u.MaxConcurrentRequests = orDefault(u.MaxConcurrentRequests, 20)
+	u.ReservedSmallRequests = orOff(u.ReservedSmallRequests, 4)
+	u.SmallFileBytes = orDefault(u.SmallFileBytes, 1<<20)
+	u.Backoff = orDefault(u.Backoff, 10*time.Second)
+	u.MaxBackoff = orDefault(u.MaxBackoff, 10*time.Minute)
+	u.FailureThreshold = orDefault(u.FailureThreshold, 3)
+	u.PathFailureThreshold = orDefault(u.PathFailureThreshold, 2)
+	u.FailureWindow = orDefault(u.FailureWindow, time.Minute)
+	u.MaxFailingPaths = orDefault(u.MaxFailingPaths, 10000)
+	u.TrialTimeout = orDefault(u.TrialTimeout, 20*time.Second)
+
+	m := &o.Metadata
+	m.MaxDocumentBytes = orDefault(m.MaxDocumentBytes, 16<<20)
+	m.PartialTTL = orOff(m.PartialTTL, time.Minute)
+	m.MemoryBytes = orOff(m.MemoryBytes, 32<<20)
+	m.MaxVersions = orDefault(m.MaxVersions, 100000)
+	m.MaxElements = orDefault(m.MaxElements, 1<<20)
+	m.MaxMergingBytes = orDefault(m.MaxMergingBytes, 64<<20)
+	m.MergeWait = orOff(m.MergeWait, 2*time.Second)
+
+	a := &o.Audit
+	a.Retention = orOff(a.Retention, 3*365*24*time.Hour)
+	a.CallerDenialsPerMinute = orDefault(a.CallerDenialsPerMinute, 30)
+	a.RegistryDenialsPerMinute = orDefault(a.RegistryDenialsPerMinute, 300)
+	a.AggregateInterval = orDefault(a.AggregateInterval, time.Minute)
+	return o
+}
+
+// orDefault is v, or def when v is not positive.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// orOff is v, def when v is 0, and 0 (off) when v is negative.
+func orOff[T int | int64 | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
