@@ -115,6 +115,15 @@ var allBuckets = [][]byte{
 	bktCacheByUse,
 }
 
+// appendMostly are the buckets whose keys mostly grow (ids, times, a
+// project's chunk numbers): an engine with pages fills their pages rather
+// than splitting them in half (boltkv.Options.AppendMostly).
+var appendMostly = [][]byte{
+	bktDependencies, bktDepsByPM, // a list's chunks and runs, in position order
+	bktEvents,                                // event ids
+	bktAudit, bktAuditByTime, bktAuditByType, // audit ids, then creation times
+}
+
 // Keys in the meta bucket.
 var (
 	metaSchemaVersion = []byte("schema_version")

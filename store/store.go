@@ -137,7 +137,7 @@ func Open(dir string, o Options) (*Store, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		path := filepath.Join(dir, "registry.db")
-		bdb, err := boltkv.Open(path, boltkv.Options{Timeout: o.LockTimeout})
+		bdb, err := boltkv.Open(path, boltkv.Options{Timeout: o.LockTimeout, AppendMostly: appendMostly})
 		if err != nil {
 			if errors.Is(err, boltkv.ErrLocked) {
 				return nil, fmt.Errorf("store: %s: %w", path, ErrLocked)

@@ -23,6 +23,9 @@
 //   - Byte slices returned by Get and cursors are valid until the transaction
 //     ends (bbolt's rule); callers copy what they keep.
 //   - Buckets are flat (no nested buckets).
+//
+// What is one engine's tuning stays in that engine's Options: bbolt's page
+// fill of append-mostly buckets is boltkv.Options.AppendMostly.
 package kv
 
 import (
@@ -101,9 +104,6 @@ type Bucket interface {
 	SetSequence(v uint64) error
 	// KeyN counts the keys of the bucket.
 	KeyN() int
-	// SetFillPercent is bbolt's page fill hint for append-mostly buckets;
-	// engines without pages ignore it.
-	SetFillPercent(f float64)
 }
 
 // Cursor walks a bucket. A nil key means the walk ran off either end.

@@ -343,5 +343,3 @@ func (b *bucket) KeyN() int {
 	}
 	return int(n)
 }
-
-func (b *bucket) SetFillPercent(float64) {}
