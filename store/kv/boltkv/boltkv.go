@@ -233,9 +233,10 @@ func (b Bucket) NextSequence() (uint64, error) {
 	return n, txErr(err)
 }
 
-// KeyN counts the keys. bbolt's page statistics (what a read transaction
-// uses) leave out a write transaction's own changes, so a write
-// transaction counts with a cursor.
+// KeyN counts the keys: O(n) (see kv.Bucket). bbolt's page statistics
+// (what a read transaction uses) walk every page of the bucket, and leave
+// out a write transaction's own changes, so a write transaction counts with
+// a cursor.
 func (b Bucket) KeyN() int {
 	if !b.b.Tx().Writable() {
 		return b.b.Stats().KeyN
