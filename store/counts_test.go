@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"path/filepath"
+	"registryd/internal/testclock"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestKeyCountsFollowWrites(t *testing.T) {
 	})
 }
 
-func mixedWrites(t *testing.T, s *Store, c *testClock) {
+func mixedWrites(t *testing.T, s *Store, c *testclock.Clock) {
 	t.Helper()
 	ok(s.EnsureRoot("glpat-counts-root-token"))(t)
 	for i := range 4 {
@@ -216,8 +217,8 @@ func mixedWrites(t *testing.T, s *Store, c *testClock) {
 		if st := s.CacheStats(); st != want {
 			t.Errorf("CacheStats %+v, want %+v", st, want)
 		}
-		if _, total, err := s.ListUsers(0, 1); err != nil || total != 5 || s.CountUsers() != 5 {
-			t.Errorf("ListUsers total %d, CountUsers %d (%v), want 5", total, s.CountUsers(), err)
+		if _, total, err := s.ListUsers(0, 1); err != nil || total != 5 || s.countUsers() != 5 {
+			t.Errorf("ListUsers total %d, CountUsers %d (%v), want 5", total, s.countUsers(), err)
 		}
 		st, err := s.AdvisoryStatus()
 		// GHSA-1 names lodash twice (one key), GHSA-2 three packages,
@@ -260,8 +261,8 @@ func TestKeyCountsOfAnOlderIndex(t *testing.T) {
 	if st := s.CacheStats(); st.Entries != 6 || st.Pending != 1 || st.Blobs != 8 {
 		t.Fatalf("CacheStats %+v, want 6 entries, 1 pending, 8 blobs", st)
 	}
-	if s.CountUsers() != 1 {
-		t.Fatalf("%d users, want 1", s.CountUsers())
+	if s.countUsers() != 1 {
+		t.Fatalf("%d users, want 1", s.countUsers())
 	}
 
 	// Current: opening does not count again (a count set by hand stays).
@@ -270,16 +271,16 @@ func TestKeyCountsOfAnOlderIndex(t *testing.T) {
 	}))
 	noErr(t, s.Close())
 	s = reopen()
-	if s.CountUsers() != 41 {
-		t.Fatalf("%d users: the open counted again", s.CountUsers())
+	if s.countUsers() != 41 {
+		t.Fatalf("%d users: the open counted again", s.countUsers())
 	}
 	// A count missing at this version is taken again.
 	noErr(t, s.engine.Update(func(tx kv.Tx) error { return tx.Bucket(bktCounts).Delete(countKey(bktUsers, 0)) }))
 	noErr(t, s.Close())
 	s = reopen()
 	wantCounts(t, s)
-	if s.CountUsers() != 1 {
-		t.Fatalf("%d users after a recount, want 1", s.CountUsers())
+	if s.countUsers() != 1 {
+		t.Fatalf("%d users after a recount, want 1", s.countUsers())
 	}
 }
 
