@@ -30,16 +30,9 @@ const (
 	PlanUltimate Plan = "ultimate"
 )
 
-func (p Plan) rank() int {
-	switch p {
-	case PlanFree:
-		return 1
-	case PlanPremium:
-		return 2
-	case PlanUltimate:
-		return 3
-	}
-	return 0
+// valid reports whether p is one of the tiers (auth.Plan ranks them).
+func (p Plan) valid() bool {
+	return p == PlanFree || p == PlanPremium || p == PlanUltimate
 }
 
 // Config is the whole configuration. Every field's default is in Default().
@@ -573,7 +566,7 @@ func (c Config) Validate() error {
 			add("external.url (REGISTRYD_EXTERNAL_URL): %q must be an absolute http(s) URL", c.External.URL)
 		}
 	}
-	if c.License.Plan.rank() == 0 {
+	if !c.License.Plan.valid() {
 		add("license.plan (REGISTRYD_LICENSE_PLAN): %q must be free, premium or ultimate", c.License.Plan)
 	}
 	positive := []struct {
