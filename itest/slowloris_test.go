@@ -129,10 +129,22 @@ func waitMetrics(t *testing.T, d *Daemon, what string, cond func(metrics []byte)
 			return m
 		}
 		if time.Now().After(end) {
-			t.Fatalf("within 30s, /metrics did not show %s:\n%s", what, grepLines(m, "registryd_proxy_connections"))
+			t.Fatalf("within 30s, /metrics did not show %s:\n%s", what, sampleLines(m))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// sampleLines are registryd's samples in a /metrics answer (no HELP, TYPE
+// or Go runtime lines): what a failed wait shows.
+func sampleLines(b []byte) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "registryd_") && !strings.Contains(l, "_bucket{") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func grepLines(b []byte, substr string) string {
