@@ -3,7 +3,6 @@ package store
 import (
 	"fmt"
 	"path/filepath"
-	"registryd/internal/testclock"
 	"sync"
 	"testing"
 	"time"
@@ -83,7 +82,7 @@ func TestKeyCountsFollowWrites(t *testing.T) {
 	})
 }
 
-func mixedWrites(t *testing.T, s *Store, c *testclock.Clock) {
+func mixedWrites(t *testing.T, s *Store, c *testClock) {
 	t.Helper()
 	ok(s.EnsureRoot("glpat-counts-root-token"))(t)
 	for i := range 4 {
@@ -217,8 +216,8 @@ func mixedWrites(t *testing.T, s *Store, c *testclock.Clock) {
 		if st := s.CacheStats(); st != want {
 			t.Errorf("CacheStats %+v, want %+v", st, want)
 		}
-		if _, total, err := s.ListUsers(0, 1); err != nil || total != 5 || s.countUsers() != 5 {
-			t.Errorf("ListUsers total %d, CountUsers %d (%v), want 5", total, s.countUsers(), err)
+		if _, total, err := s.ListUsers(0, 1); err != nil || total != 5 || s.CountUsers() != 5 {
+			t.Errorf("ListUsers total %d, CountUsers %d (%v), want 5", total, s.CountUsers(), err)
 		}
 		st, err := s.AdvisoryStatus()
 		// GHSA-1 names lodash twice (one key), GHSA-2 three packages,
@@ -261,8 +260,8 @@ func TestKeyCountsOfAnOlderIndex(t *testing.T) {
 	if st := s.CacheStats(); st.Entries != 6 || st.Pending != 1 || st.Blobs != 8 {
 		t.Fatalf("CacheStats %+v, want 6 entries, 1 pending, 8 blobs", st)
 	}
-	if s.countUsers() != 1 {
-		t.Fatalf("%d users, want 1", s.countUsers())
+	if s.CountUsers() != 1 {
+		t.Fatalf("%d users, want 1", s.CountUsers())
 	}
 
 	// Current: opening does not count again (a count set by hand stays).
@@ -271,16 +270,16 @@ func TestKeyCountsOfAnOlderIndex(t *testing.T) {
 	}))
 	noErr(t, s.Close())
 	s = reopen()
-	if s.countUsers() != 41 {
-		t.Fatalf("%d users: the open counted again", s.countUsers())
+	if s.CountUsers() != 41 {
+		t.Fatalf("%d users: the open counted again", s.CountUsers())
 	}
 	// A count missing at this version is taken again.
 	noErr(t, s.engine.Update(func(tx kv.Tx) error { return tx.Bucket(bktCounts).Delete(countKey(bktUsers, 0)) }))
 	noErr(t, s.Close())
 	s = reopen()
 	wantCounts(t, s)
-	if s.countUsers() != 1 {
-		t.Fatalf("%d users after a recount, want 1", s.countUsers())
+	if s.CountUsers() != 1 {
+		t.Fatalf("%d users after a recount, want 1", s.CountUsers())
 	}
 }
 
