@@ -41,7 +41,7 @@ func openAdvisoryTest(t *testing.T) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeChecked(t, s)
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

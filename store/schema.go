@@ -96,11 +96,6 @@ var (
 	// last use ms (downloaded_at, else created_at) + upstream id + relative
 	// path -> nil.
 	bktCacheByUse = []byte("cache_by_use")
-
-	// Key counts of the counted buckets (counts.go), kept in the
-	// transactions that add and remove their keys:
-	// bucket name + 0 + shard -> count (int64).
-	bktCounts = []byte("counts")
 )
 
 var allBuckets = [][]byte{
@@ -118,16 +113,6 @@ var allBuckets = [][]byte{
 	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
 	bktCleanupPolicies,
 	bktCacheByUse,
-	bktCounts,
-}
-
-// appendMostly are the buckets whose keys mostly grow (ids, times, a
-// project's chunk numbers): an engine with pages fills their pages rather
-// than splitting them in half (boltkv.Options.AppendMostly).
-var appendMostly = [][]byte{
-	bktDependencies, bktDepsByPM, // a list's chunks and runs, in position order
-	bktEvents,                                // event ids
-	bktAudit, bktAuditByTime, bktAuditByType, // audit ids, then creation times
 }
 
 // Keys in the meta bucket.
@@ -156,15 +141,8 @@ var (
 // never finds. 6: dependency lists say each entry's advisory package and
 // are indexed by package, and an advisory database is kept
 // (depLayoutPackages, advisories.go); an older registryd cannot read the
-// new chunks. 7: the keys of the counted buckets are counted in bucket
-// counts (counts.go), in the transactions that add and remove them; the
-// counts of an older database are taken on open; an older registryd would
-// change the buckets without their counts.
-const schemaVersion = 7
-
-// countsSchema is the first schema version whose writers keep the key
-// counts (counts.go).
-const countsSchema = 7
+// new chunks.
+const schemaVersion = 6
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {

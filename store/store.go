@@ -9,10 +9,6 @@
 // outer variable it assigns, works on a copy of what it changes of its
 // inputs, and leaves side effects (generations, the collector's wake-up) to
 // after the commit.
-//
-// Every write transaction also counts the keys added to and removed from
-// the buckets whose sizes the metrics and totals report (counts.go), so
-// that reading a size never walks a bucket.
 package store
 
 import (
@@ -64,12 +60,7 @@ type Options struct {
 
 // Store is the open index.
 type Store struct {
-	// db is the engine as the store writes to it: its write transactions
-	// count the keys of the counted buckets (counts.go). Every write goes
-	// through it; engine is the engine itself, for what is not a
-	// transaction of the store's (the schema's set-up, the cluster).
 	db     kv.DB
-	engine kv.DB
 	sealer *sealer
 	now    func() time.Time
 
@@ -146,7 +137,7 @@ func Open(dir string, o Options) (*Store, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		path := filepath.Join(dir, "registry.db")
-		bdb, err := boltkv.Open(path, boltkv.Options{Timeout: o.LockTimeout, AppendMostly: appendMostly})
+		bdb, err := boltkv.Open(path, boltkv.Options{Timeout: o.LockTimeout})
 		if err != nil {
 			if errors.Is(err, boltkv.ErrLocked) {
 				return nil, fmt.Errorf("store: %s: %w", path, ErrLocked)
@@ -155,7 +146,7 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		db = bdb
 	}
-	st := &Store{db: newKeyCountDB(db), engine: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
+	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
 	if o.BatchMaxEntries == 0 {
 		o.BatchMaxEntries = defaultBatchMaxEntries
 	}
@@ -163,7 +154,7 @@ func Open(dir string, o Options) (*Store, error) {
 		o.BatchMaxHold = defaultBatchMaxHold
 	}
 	if o.BatchMaxEntries > 1 {
-		st.batch = newBatcher(st.db, o.BatchMaxEntries, o.BatchMaxHold, st.committed)
+		st.batch = newBatcher(db, o.BatchMaxEntries, o.BatchMaxHold, st.committed)
 	}
 	if c, ok := db.(kv.Cluster); ok {
 		// ctx bounds the wait; it is cancelled after the unlock, in case an
@@ -189,10 +180,9 @@ func Open(dir string, o Options) (*Store, error) {
 }
 
 // setUpSchema checks the schema version and the key, creating the buckets
-// and sealing the key check on a new database, and takes the key counts of
-// a database written without them.
+// and sealing the key check on a new database.
 func (st *Store) setUpSchema() error {
-	db, s, path := st.engine, st.sealer, st.engine.Describe()
+	db, s, path := st.db, st.sealer, st.db.Describe()
 	// A database already at this schema version is only checked: even a
 	// commit that changes nothing writes pages, which a start on a full
 	// volume must not need.
@@ -205,7 +195,7 @@ func (st *Store) setUpSchema() error {
 		}
 		meta := tx.Bucket(bktMeta)
 		v, sealed := meta.Get(metaSchemaVersion), meta.Get(metaKeyCheck)
-		if v == nil || btoi(v) != schemaVersion || sealed == nil || !countsKept(tx) {
+		if v == nil || btoi(v) != schemaVersion || sealed == nil {
 			return nil
 		}
 		if plain, err := s.open(sealed); err != nil || plain != keyCheck {
@@ -226,12 +216,8 @@ func (st *Store) setUpSchema() error {
 			}
 		}
 		meta := tx.Bucket(bktMeta)
-		from := int64(0) // a new database
-		if v := meta.Get(metaSchemaVersion); v != nil {
-			from = btoi(v)
-		}
-		if from > schemaVersion {
-			return fmt.Errorf("registry.db has schema version %d; this registryd knows %d: upgrade registryd", from, schemaVersion)
+		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) > schemaVersion {
+			return fmt.Errorf("registry.db has schema version %d; this registryd knows %d: upgrade registryd", btoi(v), schemaVersion)
 		}
 		if sealed := meta.Get(metaKeyCheck); sealed != nil {
 			if plain, err := s.open(sealed); err != nil || plain != keyCheck {
@@ -239,13 +225,6 @@ func (st *Store) setUpSchema() error {
 			}
 		} else if err := meta.Put(metaKeyCheck, s.seal(keyCheck)); err != nil {
 			return err
-		}
-		// Written by a registryd older than countsSchema, the buckets
-		// changed without their counts: they are counted once, here.
-		if from < countsSchema || !countsKept(tx) {
-			if err := countKeysTx(tx); err != nil {
-				return err
-			}
 		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {
@@ -262,7 +241,7 @@ func (st *Store) setUpSchema() error {
 func (s *Store) joinClusterOf(o Options) error {
 	c := o.Cluster
 	if c == nil {
-		c, _ = s.engine.(kv.Cluster)
+		c, _ = s.db.(kv.Cluster)
 	}
 	if c == nil {
 		return nil
@@ -279,7 +258,7 @@ func (s *Store) joinClusterOf(o Options) error {
 // Close leaves the cluster, if any, and closes the engine.
 func (s *Store) Close() error {
 	s.leaveCluster()
-	return s.engine.Close()
+	return s.db.Close()
 }
 
 // ReadFailures counts the engine failures met by the reads that answer a
@@ -304,7 +283,7 @@ type Stats struct {
 
 // Stats reports figures of the database for metrics.
 func (s *Store) Stats() Stats {
-	st := s.engine.Stats()
+	st := s.db.Stats()
 	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx}
 }
 
