@@ -147,16 +147,6 @@ func sampleLines(b []byte) string {
 	return strings.Join(out, "\n")
 }
 
-func grepLines(b []byte, substr string) string {
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 const (
 	seriesRefusedPerClient   = `registryd_proxy_connections_refused_total{reason="per_client_limit"}`
 	seriesRefusedConcurrency = `registryd_proxy_connections_refused_total{reason="concurrency"}`
