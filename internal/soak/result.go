@@ -339,25 +339,20 @@ func (r *run) result(loadEnd time.Duration, drain Drain) *Result {
 
 	// RSS by half of the load; blobs against the budget.
 	over := overBudget(s)
-	settle := min(r.cfg.Settle, loadEnd/2)
-	var sum, anon, file, heap [2]float64
-	var n [2]int
-	for j, x := range s {
+	for _, x := range s {
 		res.Samples = append(res.Samples, Sample{At: x.At.Seconds(), OK: x.OK, RSS: float64(x.RSS) / mb,
 			Anon: float64(x.Anon) / mb, File: float64(x.File) / mb, HeapInuse: x.HeapInuse / mb, Pending: x.Pending,
 			Backlog: x.Backlog, Goroutines: x.Goroutines, Entries: x.Entries, BlobBytes: x.BlobBytes, InFlight: x.InFlight,
 			Fetched: x.Fetched, Destroyed: x.Destroyed, Evictions: x.Evictions})
-		if x.At >= settle && x.At < loadEnd && x.RSS > 0 {
-			h := 0
-			if x.At >= settle+(loadEnd-settle)/2 {
-				h = 1
-			}
-			sum[h] += float64(x.RSS) / mb
-			anon[h] += float64(x.Anon) / mb
-			file[h] += float64(x.File) / mb
-			heap[h] += x.HeapInuse / mb
-			n[h]++
-		}
+	}
+	if h, ok := memoryHalves(res.Samples, min(r.cfg.Settle, loadEnd/2), loadEnd); ok {
+		res.SettleS = h.settle
+		res.RSSFirstHalf, res.RSSSecondHalf = h.first.RSS, h.second.RSS
+		res.AnonFirstHalf, res.AnonSecondHalf = h.first.Anon, h.second.Anon
+		res.FileFirstHalf, res.FileSecondHalf = h.first.File, h.second.File
+		res.HeapFirstHalf, res.HeapSecondHalf = h.first.HeapInuse, h.second.HeapInuse
+	}
+	for j, x := range s {
 		if x.OK {
 			res.BudgetBytes = x.Budget
 			res.BlobMaxBytes = max(res.BlobMaxBytes, x.BlobBytes)
@@ -365,13 +360,6 @@ func (r *run) result(loadEnd time.Duration, drain Drain) *Result {
 		if over[j] {
 			res.OverBudget++
 		}
-	}
-	if n[0] > 0 && n[1] > 0 {
-		res.SettleS = settle.Seconds()
-		res.RSSFirstHalf, res.RSSSecondHalf = sum[0]/float64(n[0]), sum[1]/float64(n[1])
-		res.AnonFirstHalf, res.AnonSecondHalf = anon[0]/float64(n[0]), anon[1]/float64(n[1])
-		res.FileFirstHalf, res.FileSecondHalf = file[0]/float64(n[0]), file[1]/float64(n[1])
-		res.HeapFirstHalf, res.HeapSecondHalf = heap[0]/float64(n[0]), heap[1]/float64(n[1])
 	}
 
 	// Each purge: how long until its entries were destroyed.
@@ -421,4 +409,41 @@ func (r *run) goals(res *Result) []Goal {
 	g = append(g, Goal{Name: "admin write p99", Value: adm, Unit: "s", Goal: "< 1 s", Met: adm < 1})
 	g = append(g, Goal{Name: "drained after the load", Value: res.Drain.After, Unit: "s", Goal: "drained", Met: res.Drain.OK})
 	return g
+}
+
+// halves are the mean memory of the samples of the load's two halves after
+// settle (MB, as in Sample).
+type halves struct {
+	settle        float64 // seconds left out at the start
+	first, second Sample  // RSS, Anon, File and HeapInuse are means
+}
+
+// memoryHalves splits the samples taken from settle to loadEnd (those with
+// an RSS reading) in two halves by time and averages each; ok is false
+// when either half has no sample.
+func memoryHalves(s []Sample, settle, loadEnd time.Duration) (halves, bool) {
+	from, mid, end := settle.Seconds(), (settle + (loadEnd-settle)/2).Seconds(), loadEnd.Seconds()
+	var h [2]Sample
+	var n [2]float64
+	for _, x := range s {
+		if x.At < from || x.At >= end || x.RSS <= 0 {
+			continue
+		}
+		i := 0
+		if x.At >= mid {
+			i = 1
+		}
+		h[i].RSS += x.RSS
+		h[i].Anon += x.Anon
+		h[i].File += x.File
+		h[i].HeapInuse += x.HeapInuse
+		n[i]++
+	}
+	if n[0] == 0 || n[1] == 0 {
+		return halves{}, false
+	}
+	for i := range h {
+		h[i].RSS, h[i].Anon, h[i].File, h[i].HeapInuse = h[i].RSS/n[i], h[i].Anon/n[i], h[i].File/n[i], h[i].HeapInuse/n[i]
+	}
+	return halves{settle: settle.Seconds(), first: h[0], second: h[1]}, true
 }
