@@ -152,22 +152,8 @@ func (s *Server) leaseFailed(f *flight, err error) {
 	f.finish(store.CacheEntry{}, nil)
 }
 
-// serveElsewhere answers x with the entry another node stored for its
-// file (a flightElsewhere's), from upstream up. The entry is served as a
-// hit would serve it; its blob missing here too means it went meanwhile,
-// and the client gets 503 rather than a fetch that would find the entry
-// again.
-func (s *Server) serveElsewhere(x *exchange, up *upstreamView, f *flight) error {
-	e, _ := f.result()
-	f.release()
-	x.res, x.up = resJoin, up.id
-	err := s.serveEntry(x, newEntryView(s, up, x.path.EntryRel(), e))
-	if errors.Is(err, errBlobGone) {
-		return errElsewhereGone
-	}
-	return err
-}
-
+// errElsewhereGone answers a file another node stored just now whose blob
+// cannot be read here (see blobGone).
 var errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
 	"503 Service Unavailable - the file was stored by another node and could not be read; try again")
 

@@ -96,8 +96,8 @@ func (in *docInput) until(t time.Time) {
 	}
 }
 
-// resolveComposed answers x with a composed document.
-func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
+// resolveComposed resolves x to a composed document, for serveComposed.
+func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) (*composedView, error) {
 	rel := x.path.EntryRel()
 	key := entryKey{x.reg.id, rel}
 	now := s.now()
@@ -113,7 +113,7 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
 				}
 			}
 			s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone).Inc()
-			return err
+			return nil, err
 		}
 		s.composed.add(key, v)
 		x.res = v.res
@@ -121,7 +121,7 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
 	for _, d := range v.denied {
 		s.deny(x, d.up, d.verdict)
 	}
-	return s.serveComposed(x, v)
+	return v, nil
 }
 
 // gather gets every upstream's document at once, in position order.
@@ -243,31 +243,25 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 	}
 	in.fetched = true
 	<-f.ready
-	switch f.kind {
+	switch o := s.settle(f, true); o.kind {
 	case flightStreaming:
 		return s.flightDoc(in, f)
 	case flightNotModified:
-		f.release()
 		in.stored(e, s.blobs)
 		if validity > 0 {
 			in.until(now.Add(validity))
 		}
 		return true
 	case flightNotFound:
-		if !f.reval {
-			s.dropGone(f)
-		}
-		f.release()
 		s.absentDoc(in, errAbsent, meta, now)
 		return true
 	case flightElsewhere:
 		// Revalidated by another node of the cluster: read it again.
-		f.release()
 		return false
+	default:
+		s.log.Warn("revalidation failed; merging the stale copy", "upstream", up.id, "path", e.RelativePath,
+			"err", failureReason(o.err))
 	}
-	s.log.Warn("revalidation failed; merging the stale copy", "upstream", up.id, "path", e.RelativePath,
-		"err", failureReason(f.err))
-	f.release()
 	return staleCopy()
 }
 
@@ -289,22 +283,19 @@ func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool
 		return false
 	}
 	in.fetched = true
-	switch f.kind {
+	switch o := s.settle(f, false); o.kind {
 	case flightStreaming:
 		return s.flightDoc(in, f)
 	case flightNotModified, flightElsewhere:
 		// Joined the revalidation of an entry stored since the lookup, or
 		// another node of the cluster stored it: read it again.
-		f.release()
 		return false
 	case flightNotFound:
-		f.release()
 		s.absentDoc(in, errAbsent, meta, now)
-		return true
+	default:
+		in.err = o.err
+		in.until(now.Add(s.opts.Metadata.PartialTTL))
 	}
-	in.err = f.err
-	in.until(now.Add(s.opts.Metadata.PartialTTL))
-	f.release()
 	return true
 }
 

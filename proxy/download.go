@@ -48,13 +48,17 @@ func (s *Server) download(x *exchange, idb, raw []byte) error {
 	}
 	x.reg, x.path = reg, p
 	if k := composedKind(x); k != composeNone {
-		return s.resolveComposed(x, k, gen)
+		v, err := s.resolveComposed(x, k, gen)
+		if err != nil {
+			return err
+		}
+		return s.serveComposed(x, v)
 	}
 	if x.reg = s.screen(x); len(x.reg.ups) == 0 {
 		x.miss = &missError{failures: x.denied}
 		return x.miss
 	}
-	return s.resolve(x, gen)
+	return s.serveDownload(x, gen)
 }
 
 // principal authenticates the request for the download surface: personal
@@ -358,39 +362,98 @@ type exchange struct {
 // the cache changed between its lookup and its fetch (see join).
 const maxLookups = 3
 
+// answer is what resolution decided for a download, as data the listener
+// renders (serve): a stored entry, a flight to stream behind its fill, or
+// the digests of a file streamed uncached. Resolution never writes a
+// response; serving never asks an upstream.
+type answer struct {
+	entry  *entryView // a stored entry (hit, stale, revalidated, stored elsewhere)
+	flight *flight    // a fill to stream (held: serving releases it)
+	// uncached are the digests of a file streamed uncached (a full disk),
+	// for its checksum sidecars.
+	uncached *store.CacheEntry
+	// seen is the cache generation a fetch asks with when entry's blob is
+	// found missing while serving (blobGone).
+	seen uint64
+	// elsewhere: entry was stored by another node of the cluster just now;
+	// its blob missing here too is a 503, not a fetch (errElsewhereGone).
+	elsewhere bool
+}
+
+// serveDownload answers x top-down: resolve (from the cache, or by
+// starting or joining a flight, whose fill runs on its own), then serve
+// the answer. A blob found missing while serving is reported back
+// (blobGone), and resolution fetches the file again.
+func (s *Server) serveDownload(x *exchange, gen uint64) error {
+	a, err := s.resolve(x, gen)
+	for reports := 1; err == nil; reports++ {
+		if err = s.serve(x, a); !errors.Is(err, errBlobGone) {
+			return err
+		}
+		if reports >= maxLookups {
+			a.seen = anyGen
+		}
+		a, err = s.blobGone(x, a)
+	}
+	return err
+}
+
+// serve renders a.
+func (s *Server) serve(x *exchange, a answer) error {
+	switch {
+	case a.flight != nil:
+		return s.serveFlight(x, a.flight)
+	case a.uncached != nil:
+		return s.serveDigest(x, a.uncached)
+	}
+	return s.serveEntry(x, a.entry)
+}
+
+// blobGone resolves x again once the blob of a's entry was found missing
+// while serving it (removed by hand, damaged disk, or an object gone from
+// the bucket): the file is fetched again. An entry another node stored
+// just now is not: its blob missing here too means it went meanwhile, and
+// a fetch would find the entry again.
+func (s *Server) blobGone(x *exchange, a answer) (answer, error) {
+	if a.elsewhere {
+		return answer{}, errElsewhereGone
+	}
+	b, err := s.fetchMiss(x, 0, a.seen)
+	if err == errLookAgain {
+		return s.resolve(x, s.st.CacheGeneration())
+	}
+	return b, err
+}
+
 // resolve answers x from the cache or the upstreams. A lookup that missed
 // while a flight for the file was storing it finds no flight to join
 // afterwards; join then says to look again (errLookAgain) rather than fetch
 // the file a second time.
-func (s *Server) resolve(x *exchange, gen uint64) error {
+func (s *Server) resolve(x *exchange, gen uint64) (answer, error) {
 	for attempt := 1; ; attempt++ {
 		seen := gen
 		if attempt == maxLookups {
 			seen = anyGen
 		}
-		err := s.resolveOnce(x, gen, seen)
+		a, err := s.resolveOnce(x, gen, seen)
 		if err != errLookAgain {
-			return err
+			return a, err
 		}
 		gen = s.st.CacheGeneration()
 	}
 }
 
-func (s *Server) resolveOnce(x *exchange, gen, seen uint64) error {
+func (s *Server) resolveOnce(x *exchange, gen, seen uint64) (answer, error) {
 	v, err := s.lookup(x.reg, x.path.EntryRel(), gen)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if v == nil {
 		return s.fetchMiss(x, 0, seen)
 	}
 	if v.fresh(x.path.EntryKind(), s.now()) {
 		x.res, x.up = resHit, v.e.UpstreamID
-		err := s.serveEntry(x, v)
-		if errors.Is(err, errBlobGone) {
-			return s.fetchMiss(x, 0, seen)
-		}
-		return err
+		return answer{entry: v, seen: seen}, nil
 	}
 	return s.revalidate(x, v, seen)
 }
@@ -406,65 +469,57 @@ func (s *Server) resolveOnce(x *exchange, gen, seen uint64) error {
 // answer the fill refuses: 204, 206, a web page, a checksum mismatch, ...),
 // or an upstream that is unhealthy: the stale copy is served, because only
 // a definite, verified answer about the file may replace it.
-func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) error {
+func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) (answer, error) {
 	rel := x.path.EntryRel()
 	x.up = v.up.id
+	stale := answer{entry: v, seen: anyGen}
 	if s.keepStale(v.up, rel) {
 		x.res = resStale
-		return s.serveEntryOrMiss(x, v)
+		return stale, nil
 	}
 	f, joined := s.join(v.up, rel, v.e.ETag, true, seen)
 	if f == nil {
-		return errLookAgain
+		return answer{}, errLookAgain
 	}
 	if !s.awaitReady(x.ctx, f) {
 		f.release()
-		return errClientGone
+		return answer{}, errClientGone
 	}
-	switch f.kind {
+	switch o := s.settle(f, true); o.kind {
 	case flightStreaming:
-		x.res = resMiss
-		if joined {
-			x.res = resJoin
-		}
-		return s.serveFlight(x, f)
+		x.res = joinedOr(joined, resMiss)
+		return answer{flight: f}, nil
 	case flightNotModified:
-		f.release()
-		x.res = resRevalidated
-		if joined {
-			x.res = resJoin
-		}
-		return s.serveEntryOrMiss(x, v)
+		x.res = joinedOr(joined, resRevalidated)
+		return stale, nil
 	case flightElsewhere:
 		// Another node of the cluster revalidated (or stored) the file
 		// meanwhile: its entry is the answer.
-		return s.serveElsewhere(x, v.up, f)
+		return s.elsewhere(x, v.up, o.entry), nil
 	case flightNotFound:
-		if !f.reval {
-			// Joined a plain fetch of the same file (its blob had gone
-			// missing): the 404 is news about this entry all the same.
-			s.dropGone(f)
-		}
-		f.release()
 		x.up = 0
 		return s.fetchMiss(x, v.up.id, anyGen)
+	default:
+		x.res = resStale
+		s.log.Warn("revalidation failed; serving the stale copy", "registry", x.reg.id, "upstream", v.up.id,
+			"path", v.e.RelativePath, "err", failureReason(o.err))
+		return stale, nil
 	}
-	err := f.err
-	f.release()
-	x.res = resStale
-	s.log.Warn("revalidation failed; serving the stale copy", "registry", x.reg.id, "upstream", v.up.id,
-		"path", v.e.RelativePath, "err", failureReason(err))
-	return s.serveEntryOrMiss(x, v)
 }
 
-// serveEntryOrMiss serves v, or fetches the file again when its blob file
-// has gone missing (removed by hand, damaged disk).
-func (s *Server) serveEntryOrMiss(x *exchange, v *entryView) error {
-	err := s.serveEntry(x, v)
-	if errors.Is(err, errBlobGone) {
-		return s.fetchMiss(x, 0, anyGen)
+// joinedOr is resJoin for a request that joined a flight, else r.
+func joinedOr(joined bool, r result) result {
+	if joined {
+		return resJoin
 	}
-	return err
+	return r
+}
+
+// elsewhere is the answer of an entry another node of the cluster stored
+// (a flightElsewhere's), from upstream up, served as a hit would be.
+func (s *Server) elsewhere(x *exchange, up *upstreamView, e store.CacheEntry) answer {
+	x.res, x.up = resJoin, up.id
+	return answer{entry: newEntryView(s, up, x.path.EntryRel(), e), elsewhere: true}
 }
 
 // keepStale reports whether a stale entry of up is served as it is, without
@@ -533,20 +588,11 @@ const (
 // upstream asked for, naming each failure, because a 404 would make Maven
 // remember "absent" for a file an unreachable upstream may well have. skip
 // is an upstream already known not to have the file (0 for none).
-func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
+func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error) {
 	rel := x.path.EntryRel()
 	x.res = resMiss
-	if x.path.Kind == maven.Checksum {
-		// The file was just streamed uncached (a full disk): its digests
-		// answer, as a stored entry's would (looked for on every upstream
-		// before any is asked, as the lookup does), rather than fetching
-		// it all again.
-		for _, up := range x.reg.ups {
-			if e, ok := s.uncached.recall(up.id, rel, s.now()); ok {
-				x.up = up.id
-				return s.serveDigest(x, &e)
-			}
-		}
+	if a, ok := s.uncachedDigests(x, rel); ok {
+		return a, nil
 	}
 	failures := x.denied
 	asked := false
@@ -556,53 +602,61 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) error {
 		}
 		t := s.askForClient(x.ctx, up, rel, seen)
 		if t.err == errClientGone {
-			return t.err
+			return answer{}, t.err
 		}
 		if t.err != nil {
 			failures = append(failures, upstreamFailure{upstream: up.id, err: t.err})
 			continue
 		}
-		f, joined := t.f, t.joined
-		if f == nil {
-			return errLookAgain
+		if t.f == nil {
+			return answer{}, errLookAgain
 		}
 		asked = true
-		switch f.kind {
+		switch o := s.settle(t.f, false); o.kind {
 		case flightStreaming:
-			if joined {
-				x.res = resJoin
-			}
-			x.up = up.id
-			return s.serveFlight(x, f)
+			x.res, x.up = joinedOr(t.joined, resMiss), up.id
+			return answer{flight: t.f}, nil
 		case flightNotModified:
 			// Joined a revalidation of an entry that appeared since the
 			// lookup: it is confirmed, serve it.
-			f.release()
 			if v, err := s.lookup(x.reg, rel, s.st.CacheGeneration()); err == nil && v != nil {
 				x.res, x.up = resJoin, v.e.UpstreamID
-				return s.serveEntryOrMiss(x, v)
+				return answer{entry: v, seen: anyGen}, nil
 			}
-			continue
 		case flightNotFound:
-			f.release()
 			failures = append(failures, upstreamFailure{upstream: up.id, err: errAbsent})
-			continue
 		case flightElsewhere:
 			// Another node of the cluster stored the file meanwhile.
-			return s.serveElsewhere(x, up, f)
+			return s.elsewhere(x, up, o.entry), nil
+		default:
+			if isLeaseError(o.err) {
+				// No upstream may be asked without the cluster's lease, and
+				// the next upstream's would fail alike: 503 now.
+				return answer{}, errLeaseAnswer
+			}
+			failures = append(failures, upstreamFailure{upstream: up.id, err: o.err})
 		}
-		if isLeaseError(f.err) {
-			// No upstream may be asked without the cluster's lease, and
-			// the next upstream's would fail alike: 503 now.
-			f.release()
-			return errLeaseAnswer
-		}
-		failures = append(failures, upstreamFailure{upstream: up.id, err: f.err})
-		f.release()
 	}
 	x.miss = &missError{failures: failures}
 	if !asked && x.miss.absent() && !x.miss.denied() {
 		x.res = resNegative
 	}
-	return x.miss
+	return answer{}, x.miss
+}
+
+// uncachedDigests answers a checksum sidecar of a file just streamed
+// uncached (a full disk) from its digests, as a stored entry's would (looked
+// for on every upstream before any is asked, as the lookup does), rather
+// than fetching it all again.
+func (s *Server) uncachedDigests(x *exchange, rel string) (answer, bool) {
+	if x.path.Kind != maven.Checksum {
+		return answer{}, false
+	}
+	for _, up := range x.reg.ups {
+		if e, ok := s.uncached.recall(up.id, rel, s.now()); ok {
+			x.up = up.id
+			return answer{uncached: &e}, true
+		}
+	}
+	return answer{}, false
 }

@@ -367,6 +367,35 @@ func (f *flight) checksums() (sha1, md5 string) {
 	return f.hdrSHA1, f.hdrMD5
 }
 
+// outcome is a decided flight as its askers read it (settle).
+type outcome struct {
+	kind  flightKind       // never flightPending
+	entry store.CacheEntry // flightElsewhere: the entry another node stored
+	err   error            // flightFailed: why
+}
+
+// settle reads the outcome of f, decided (ready is closed): the one place
+// that does, for downloads and merges alike. Every outcome but a streaming
+// body releases f; a streaming one stays the caller's to read and release.
+// stored says the caller holds a stored entry of the file (it revalidates
+// it): a 404 of a plain fetch it joined (the fetch of a file whose blob had
+// gone missing) is news about that entry all the same, and drops it.
+func (s *Server) settle(f *flight, stored bool) outcome {
+	o := outcome{kind: f.kind, err: f.err}
+	switch f.kind {
+	case flightStreaming:
+		return o
+	case flightNotFound:
+		if stored && !f.reval {
+			s.dropGone(f)
+		}
+	case flightElsewhere:
+		o.entry, _ = f.result()
+	}
+	f.release()
+	return o
+}
+
 // result waits for the end of a streaming flight and returns its entry.
 // An uncached flight (passthrough.go) returns an entry that is not stored,
 // with its digests, and errNotCached.
