@@ -28,7 +28,11 @@ const memBodyMax = sendfileMin
 // errLongBody is a body that went on past its Content-Length.
 var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than its Content-Length"}
 
-// fill runs one flight to its end.
+// fill runs one flight to its end: the upstream's answer (ask), then its
+// body (takeBody): read whole when it is small (fillSmall), else streamed
+// to the cache's temp file, or uncached through memory when the disk has no
+// room for it (stream, passThrough), both ending in the one tail of a
+// streamed body (bodyRead).
 func (s *Server) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
@@ -43,12 +47,30 @@ func (s *Server) fill(f *flight) {
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, s.opts.Upstreams.FillTimeout)
 	defer cancel()
-
-	// Wait for a slot of the upstream's cap, then for the health tracker's
-	// leave: an upstream that turned unhealthy while this fill queued is
-	// not asked.
-	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
+	sl, ok := s.admitFill(ctx, f)
 	defer sl.release()
+	if !ok {
+		return
+	}
+	epoch := s.st.ForgetEpoch(f.up.id)
+	var temp *pendingTemp
+	if !f.reval && s.blobs.DiskStatus().Filling {
+		temp = s.prepareTemp()
+	}
+	resp := s.ask(ctx, f, temp, epoch)
+	if resp == nil {
+		return
+	}
+	defer resp.Body.Close()
+	sl.sized(resp.ContentLength)
+	s.takeBody(ctx, f, resp, temp)
+}
+
+// admitFill waits for a slot of the upstream's cap, then for the health
+// tracker's leave: an upstream that turned unhealthy while this fill
+// queued is not asked. false: the flight is decided and finished.
+func (s *Server) admitFill(ctx context.Context, f *flight) (*slot, bool) {
+	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
 	f.slot.Store(sl)
 	if err != nil {
 		if s.fillCtx.Err() != nil {
@@ -56,29 +78,31 @@ func (s *Server) fill(f *flight) {
 		}
 		f.decide(flightFailed, err)
 		f.finish(store.CacheEntry{}, nil)
-		return
+		return sl, false
 	}
 	tk, closed, ok := s.health.Begin(f.up.id, f.key.rel)
 	if !ok {
 		f.decide(flightFailed, s.skipped(f.up, closed))
 		f.finish(store.CacheEntry{}, nil)
-		return
+		return sl, false
 	}
 	f.ticket = tk
-	epoch := s.st.ForgetEpoch(f.up.id)
+	return sl, true
+}
 
+// noBody ends a flight whose answer brings no body. The prepared temp file
+// goes before the flight is done: once it is, nothing of it is left in
+// DATA_DIR/tmp.
+func (f *flight) noBody(temp *pendingTemp, kind flightKind, err error) {
+	f.decide(kind, err)
+	temp.drop()
+	f.finish(store.CacheEntry{}, nil)
+}
+
+// ask sends the flight's request, and ends the flight on every answer that
+// brings no body (a failure, 404 or 410, 304): nil then.
+func (s *Server) ask(ctx context.Context, f *flight, temp *pendingTemp, epoch uint64) *upstream.Response {
 	start := time.Now()
-	var temp *pendingTemp
-	if !f.reval && s.blobs.DiskStatus().Filling {
-		temp = s.prepareTemp()
-	}
-	// Outcomes without a body drop the prepared temp file before the
-	// flight is done: once it is, nothing of it is left in DATA_DIR/tmp.
-	noBody := func(kind flightKind, err error) {
-		f.decide(kind, err)
-		temp.drop()
-		f.finish(store.CacheEntry{}, nil)
-	}
 	get := s.up.Get
 	if f.reval {
 		get = s.up.Revalidate
@@ -91,56 +115,73 @@ func (s *Server) fill(f *flight) {
 	case f.dropped.Load():
 		err = errAbandoned
 	}
-	s.judge(tk, err)
+	s.judge(f.ticket, err)
 	if err != nil {
 		s.met.upstream(f.up, outcomeOf(err), start)
-		switch {
-		case errors.Is(err, upstream.ErrNotFound):
-			if f.reval {
-				s.dropGone(f)
-			}
-			s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
-			noBody(flightNotFound, nil)
-		case errors.Is(err, upstream.ErrBadAnswer), errors.Is(err, upstream.ErrBlocked):
-			// Refused, by the client or by policy (a redirect to an
-			// address registryd does not connect to): remembered, so a
-			// client's retry does not ask again at once.
-			noBody(flightFailed, s.refuse(f, err))
-		default:
-			noBody(flightFailed, err)
-		}
-		return
+		kind, err := s.askFailed(f, err, epoch)
+		f.noBody(temp, kind, err)
+		return nil
 	}
-	defer resp.Body.Close()
-
 	if resp.Status == fasthttp.StatusNotModified || (f.etag != "" && resp.ETag == f.etag) {
-		if f.etag == "" {
-			s.met.upstream(f.up, outcomeServerError, start)
-			noBody(flightFailed, errUnexpected304)
-			return
-		}
-		s.met.upstream(f.up, outcomeNotModified, start)
-		// With too many stores waiting the check is not recorded: the
-		// stored copy is served all the same, and revalidated again next
-		// time (pendingstores.go).
-		if release, ok := s.stores.take(turnedAwayCheck, f); ok {
-			if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
-				s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
-			}
-			release()
-		}
-		noBody(flightNotModified, nil)
-		return
+		kind, err := s.notModified(f, start)
+		f.noBody(temp, kind, err)
+		resp.Body.Close()
+		return nil
 	}
 	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
-	sl.sized(resp.ContentLength)
+	return resp
+}
 
+// askFailed is the outcome of a request that failed: 404 and 410 are
+// remembered (and end a revalidated entry), refusals too.
+func (s *Server) askFailed(f *flight, err error, epoch uint64) (flightKind, error) {
+	switch {
+	case errors.Is(err, upstream.ErrNotFound):
+		if f.reval {
+			s.dropGone(f)
+		}
+		s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
+		return flightNotFound, nil
+	case errors.Is(err, upstream.ErrBadAnswer), errors.Is(err, upstream.ErrBlocked):
+		// Refused, by the client or by policy (a redirect to an address
+		// registryd does not connect to): remembered, so a client's retry
+		// does not ask again at once.
+		return flightFailed, s.refuse(f, err)
+	}
+	return flightFailed, err
+}
+
+// notModified is the outcome of a 304 (or a 200 with the stored ETag): the
+// stored copy is current, and its check recorded.
+func (s *Server) notModified(f *flight, start time.Time) (flightKind, error) {
+	if f.etag == "" {
+		s.met.upstream(f.up, outcomeServerError, start)
+		return flightFailed, errUnexpected304
+	}
+	s.met.upstream(f.up, outcomeNotModified, start)
+	// With too many stores waiting the check is not recorded: the stored
+	// copy is served all the same, and revalidated again next time
+	// (pendingstores.go).
+	if release, ok := s.stores.take(turnedAwayCheck, f); ok {
+		if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
+		}
+		release()
+	}
+	return flightNotModified, nil
+}
+
+// takeBody admits the body of a 2xx answer (its length, its checksums, its
+// first bytes) and runs it: a body that is (or may be, when its length is
+// unknown) small is read whole before anyone is answered (fillSmall); a
+// longer one streams on from what was read of it.
+func (s *Server) takeBody(ctx context.Context, f *flight, resp *upstream.Response, temp *pendingTemp) {
 	if resp.ContentLength > f.max {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 		if refusal(f.tooLarge) {
 			s.refuse(f, f.tooLarge)
 		}
-		noBody(flightFailed, f.tooLarge)
+		f.noBody(temp, flightFailed, f.tooLarge)
 		return
 	}
 	exp, err := s.admit(ctx, f, resp)
@@ -155,24 +196,19 @@ func (s *Server) fill(f *flight) {
 		f.ctype = maven.ContentType(f.key.rel)
 	}
 	f.hdrSHA1, f.hdrMD5 = exp.sha1, exp.md5
-	// A body that is (or may be, when its length is unknown) small is read
-	// whole before anyone is answered; a longer one streams on from what
-	// was read of it.
 	var head []byte
 	if f.size <= memBodyMax {
 		var whole bool
 		head, whole, err = readHead(resp.Body, f.size)
+		if err == nil && whole && int64(len(head)) > f.max {
+			err = f.tooLarge
+		}
 		if err != nil {
 			temp.drop()
 			s.failBody(f, err)
 			return
 		}
 		if whole {
-			if int64(len(head)) > f.max {
-				temp.drop()
-				s.failBody(f, f.tooLarge)
-				return
-			}
 			f.size = int64(len(head))
 			s.fillSmall(f, resp, head, exp, temp)
 			return
@@ -184,6 +220,13 @@ func (s *Server) fill(f *flight) {
 		s.failBody(f, err)
 		return
 	}
+	s.stream(ctx, f, resp, body, exp, temp)
+}
+
+// stream writes a body to the cache's temp file as its clients read it
+// behind the fill; it goes on uncached (passThrough) when the disk has no
+// room for it, before or while it is written.
+func (s *Server) stream(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected, temp *pendingTemp) {
 	unreserve, room := s.blobs.Reserve(f.size)
 	defer unreserve()
 	if !room {
@@ -208,7 +251,6 @@ func (s *Server) fill(f *flight) {
 		// upstream is fast: let them send their headers first.
 		runtime.Gosched()
 	}
-
 	if err := s.copyBody(f, body, w); err != nil {
 		if df := (*diskFullError)(nil); errors.As(err, &df) {
 			s.passThrough(ctx, f, resp, body, exp, w, df.rest, diskStageWrite, df.err)
@@ -218,29 +260,39 @@ func (s *Server) fill(f *flight) {
 		s.failBody(f, err)
 		return
 	}
-	// The upstream connection goes back to the pool, and its slot to the
-	// next request, before the hashing and the fsync.
+	s.bodyRead(f, resp, exp, w, store.Digests{})
+}
+
+// bodyRead is the one tail of a streamed body read to its clean end: into
+// the temp file w, or uncached through memory (w nil, d its digests:
+// passThrough). The upstream connection goes back to the pool, and its
+// slot to the next request, before the hashing and the fsync. With
+// checksums to check, the last byte waits for the digests: no client may
+// hold a complete-looking body that does not match them. A revalidation
+// answers nothing before its body is verified, the stored copy being the
+// answer until then. Otherwise the clients finish at once and the hashing
+// (usually done by now, see store.BlobWriter) ends behind them. Then the
+// body is stored (storeBody), unless it went uncached.
+func (s *Server) bodyRead(f *flight, resp *upstream.Response, exp expected, w *store.BlobWriter, d store.Digests) {
 	resp.Body.Close()
 	f.freeSlot()
-	// With checksums to check, the last byte waits for the digests: no
-	// client may hold a complete-looking body that does not match them. A
-	// revalidation answers nothing before its body is verified, the stored
-	// copy being the answer until then. Otherwise the clients finish at
-	// once and the hashing (usually done by now, see store.BlobWriter) ends
-	// behind them.
-	verifyFirst := exp.any() || f.reval
-	var d store.Digests
+	verifyFirst := exp.any() || f.reval || w == nil
 	var unsynced error // a full disk failed the fsync: the body is whole, but not stored
 	if verifyFirst {
-		d, err = w.Finish()
-		if store.IsDiskFull(err) && d.SHA256 != "" {
-			unsynced, err = err, nil
+		var err error
+		if w != nil {
+			d, err = w.Finish()
+			if store.IsDiskFull(err) && d.SHA256 != "" {
+				unsynced, err = err, nil
+			}
 		}
 		if err == nil {
 			err = exp.check(d)
 		}
 		if err != nil {
-			w.Abort()
+			if w != nil {
+				w.Abort()
+			}
 			s.failBody(f, err)
 			return
 		}
@@ -251,13 +303,29 @@ func (s *Server) fill(f *flight) {
 	if f.reval {
 		f.decide(flightStreaming, nil)
 	}
+	if w == nil {
+		if s.onComplete != nil {
+			s.onComplete()
+		}
+		f.finish(f.uncachedEntry(d), errNotCached)
+		return
+	}
+	s.storeBody(f, w, d, !verifyFirst, unsynced, resp.ETag)
+}
+
+// storeBody publishes a streamed body whole on its clients' side: hashed
+// here unless bodyRead did (hash), fsynced, and made the entry, unless too
+// many stores wait (notStored) or the disk is full (the flight then ends
+// uncached with its digests).
+func (s *Server) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash bool, unsynced error, etag string) {
 	release, storing := s.stores.take(turnedAwayFill, f)
 	defer release()
 	if !storing {
-		s.notStored(f, w, d, !verifyFirst)
+		s.notStored(f, w, d, hash)
 		return
 	}
-	if !verifyFirst {
+	var err error
+	if hash {
 		if d, err = w.Finish(); d.SHA256 != "" {
 			f.setDigests(d)
 		}
@@ -270,7 +338,7 @@ func (s *Server) fill(f *flight) {
 	}
 	var entry store.CacheEntry
 	if err == nil {
-		entry, err = s.publish(f, w, d, resp.ETag)
+		entry, err = s.publish(f, w, d, etag)
 	}
 	if err != nil {
 		w.Abort()

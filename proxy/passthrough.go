@@ -378,10 +378,12 @@ func (r *flightReader) copyMem(w io.Writer, avail int64) (int64, error) {
 	return done, nil
 }
 
-// passThrough runs the rest of a flight uncached: from its start (w nil:
-// nothing was written), or from where a write of its temp file failed for
-// want of space (w holds what was written; rest is what the failed write
-// did not take).
+// passThrough is the branch of a streamed fill (stream) that goes on
+// uncached: from its start (w nil: nothing was written), or from where a
+// write of its temp file failed for want of space (w holds what was
+// written; rest is what the failed write did not take). The body passes
+// through the memory window to its clients, and ends in the fill's own
+// tail (bodyRead) with its digests and nothing to store.
 func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
 	w *store.BlobWriter, rest []byte, stage string, cause error) {
 	var sums [4]hash.Hash
@@ -449,23 +451,8 @@ func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Resp
 		s.failBody(f, err)
 		return
 	}
-	resp.Body.Close()
-	f.freeSlot()
-	d := store.SumHashes(sums, n)
-	if err := exp.check(d); err != nil {
-		s.failBody(f, err)
-		return
-	}
-	f.setDigests(d)
-	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
-	f.completed()
-	if f.reval {
-		f.decide(flightStreaming, nil)
-	}
-	if s.onComplete != nil {
-		s.onComplete()
-	}
-	f.finish(f.uncachedEntry(d), errNotCached)
+	// The rest is the tail of every streamed body, uncached.
+	s.bodyRead(f, resp, exp, nil, store.SumHashes(sums, n))
 }
 
 // uncachedEntry is the outcome of a flight that stored nothing: what the
