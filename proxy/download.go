@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -47,17 +48,7 @@ func (s *Server) download(x *exchange, idb, raw []byte) error {
 		return err
 	}
 	x.reg, x.path = reg, p
-	if k := composedKind(x); k != composeNone {
-		v, err := s.resolveComposed(x, k, gen)
-		if err != nil {
-			return err
-		}
-		return s.serveComposed(x, v)
-	}
-	if x.reg = s.screen(x); len(x.reg.ups) == 0 {
-		x.miss = &missError{failures: x.denied}
-		return x.miss
-	}
+	x.conn, x.remote = ctx.Conn(), ctx.RemoteAddr()
 	return s.serveDownload(x, gen)
 }
 
@@ -340,16 +331,21 @@ func (v *entryView) fresh(kind maven.Kind, now time.Time) bool {
 // --- resolution ---
 
 // exchange is one download on its way through resolution: what the
-// metrics and the access log record of it.
+// metrics and the access log record of it. Resolution reads no request:
+// only the caller (who, remote: whom a refusal is charged to) and its
+// connection (conn: whether the client is still there while a fill is
+// awaited); ctx is the listener's, for serving.
 type exchange struct {
-	ctx   *fasthttp.RequestCtx
-	start time.Time
-	who   auth.Principal
-	reg   *registryView // nil until the registry is resolved and readable
-	path  maven.Path
-	res   result
-	up    int64      // the upstream whose file, or stored copy, was served; 0 for none
-	miss  *missError // why no upstream served the file, when none did
+	ctx    *fasthttp.RequestCtx
+	start  time.Time
+	who    auth.Principal
+	remote net.Addr      // the client's address; nil for none
+	conn   net.Conn      // the client's connection; nil for none (a merge's, a test's)
+	reg    *registryView // nil until the registry is resolved and readable
+	path   maven.Path
+	res    result
+	up     int64      // the upstream whose file, or stored copy, was served; 0 for none
+	miss   *missError // why no upstream served the file, when none did
 	// denied are the upstreams whose rules refused the file (see screen).
 	denied []upstreamFailure
 	// merge is how a merged document was built ("complete", "partial",
@@ -367,8 +363,9 @@ const maxLookups = 3
 // the digests of a file streamed uncached. Resolution never writes a
 // response; serving never asks an upstream.
 type answer struct {
-	entry  *entryView // a stored entry (hit, stale, revalidated, stored elsewhere)
-	flight *flight    // a fill to stream (held: serving releases it)
+	entry  *entryView    // a stored entry (hit, stale, revalidated, stored elsewhere)
+	flight *flight       // a fill to stream (held: serving releases it)
+	doc    *composedView // a composed document (merged metadata, prefix files)
 	// uncached are the digests of a file streamed uncached (a full disk),
 	// for its checksum sidecars.
 	uncached *store.CacheEntry
@@ -380,12 +377,12 @@ type answer struct {
 	elsewhere bool
 }
 
-// serveDownload answers x top-down: resolve (from the cache, or by
-// starting or joining a flight, whose fill runs on its own), then serve
-// the answer. A blob found missing while serving is reported back
-// (blobGone), and resolution fetches the file again.
+// serveDownload answers x top-down: resolve (from the cache, by starting
+// or joining a flight, whose fill runs on its own, or by composing a
+// document), then serve the answer. A blob found missing while serving is
+// reported back (blobGone), and resolution fetches the file again.
 func (s *Server) serveDownload(x *exchange, gen uint64) error {
-	a, err := s.resolve(x, gen)
+	a, err := s.resolveDownload(x, gen)
 	for reports := 1; err == nil; reports++ {
 		if err = s.serve(x, a); !errors.Is(err, errBlobGone) {
 			return err
@@ -401,6 +398,8 @@ func (s *Server) serveDownload(x *exchange, gen uint64) error {
 // serve renders a.
 func (s *Server) serve(x *exchange, a answer) error {
 	switch {
+	case a.doc != nil:
+		return s.serveComposed(x, a.doc)
 	case a.flight != nil:
 		return s.serveFlight(x, a.flight)
 	case a.uncached != nil:
@@ -423,6 +422,21 @@ func (s *Server) blobGone(x *exchange, a answer) (answer, error) {
 		return s.resolve(x, s.st.CacheGeneration())
 	}
 	return b, err
+}
+
+// resolveDownload resolves x, its registry readable and its path
+// classified: a composed document (merged metadata, prefix files), or the
+// file from the cache or the upstreams that x's rules leave (screen).
+func (s *Server) resolveDownload(x *exchange, gen uint64) (answer, error) {
+	if k := composedKind(x); k != composeNone {
+		v, err := s.resolveComposed(x, k, gen)
+		return answer{doc: v}, err
+	}
+	if x.reg = s.screen(x); len(x.reg.ups) == 0 {
+		x.miss = &missError{failures: x.denied}
+		return answer{}, x.miss
+	}
+	return s.resolve(x, gen)
 }
 
 // resolve answers x from the cache or the upstreams. A lookup that missed
@@ -481,7 +495,7 @@ func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) (answer, err
 	if f == nil {
 		return answer{}, errLookAgain
 	}
-	if !s.awaitReady(x.ctx, f) {
+	if !s.awaitReady(x.conn, f) {
 		f.release()
 		return answer{}, errClientGone
 	}
@@ -550,7 +564,7 @@ func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
 
 // askForClient is askFor for the request of client, which may go away while
 // the flight waits (awaitReady): the turn's error is then errClientGone.
-func (s *Server) askForClient(client *fasthttp.RequestCtx, up *upstreamView, rel string, seen uint64) turn {
+func (s *Server) askForClient(client net.Conn, up *upstreamView, rel string, seen uint64) turn {
 	if mark, ok := s.marks.recall(s.st, up.id, rel, s.now()); ok {
 		if mark.refused != nil {
 			return turn{err: mark.refused, until: mark.until}
@@ -600,7 +614,7 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error)
 		if up.id == skip {
 			continue
 		}
-		t := s.askForClient(x.ctx, up, rel, seen)
+		t := s.askForClient(x.conn, up, rel, seen)
 		if t.err == errClientGone {
 			return answer{}, t.err
 		}

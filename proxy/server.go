@@ -9,6 +9,16 @@
 // is copied first, once, where it starts to be kept. alias_test.go checks
 // it: it scribbles over each request once answered and walks everything
 // the Server keeps for strings that show it.
+//
+// A download reads top-down: download parses and authenticates, then
+// serveDownload resolves (resolveDownload: an answer, as data: a stored
+// entry, a flight to stream, a composed document, or a typed miss error),
+// the flight's fill runs on its own (fill.go), and serve renders the
+// answer. Resolution reads nothing of the request but the caller and its
+// connection (exchange); a flight's outcome is read in one place (settle);
+// a blob found missing while serving is reported back (blobGone) and
+// resolved again, so serving never asks an upstream. This is the seam
+// along which the engine is to move to proxy/cache (issue 21).
 package proxy
 
 import (
