@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/valyala/fasthttp"
-
 	"registryd/internal/clusterjob"
 	"registryd/maven"
 	"registryd/store"
@@ -46,8 +44,6 @@ func (e *leaseError) Error() string { return "cluster fill lease: " + e.err.Erro
 func (e *leaseError) Unwrap() error { return e.err }
 
 const leaseReason = "the index database is unavailable (cluster fill lease)"
-
-var errLeaseAnswer = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - "+leaseReason)
 
 func isLeaseError(err error) bool {
 	var le *leaseError
@@ -151,11 +147,6 @@ func (s *Server) leaseFailed(f *flight, err error) {
 	f.decide(flightFailed, err)
 	f.finish(store.CacheEntry{}, nil)
 }
-
-// errElsewhereGone answers a file another node stored just now whose blob
-// cannot be read here (see blobGone).
-var errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
-	"503 Service Unavailable - the file was stored by another node and could not be read; try again")
 
 // Scheduled jobs that run once per cluster (clusterjob): the download-count
 // flush stays per node, its counts being added.

@@ -234,7 +234,7 @@ func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 			}
 		}
 	}
-	v.lastMod = string(fasthttp.AppendHTTPDate(nil, newest))
+	v.lastMod = httpDate(newest)
 	if v.merge != mergeSingle {
 		v.mergeHdr = mergeHeader(v)
 	}

@@ -75,6 +75,20 @@ var (
 	errInsufficientStorage = message(fasthttp.StatusInsufficientStorage, "507 Insufficient Storage - the data volume is full")
 )
 
+// The answers of resolution's failures.
+var (
+	// errAllDenied is GitLab's answer when the rules leave no upstream for
+	// a file; problem documents name each upstream's rule.
+	errAllDenied = message(fasthttp.StatusForbidden,
+		"403 Forbidden - All upstreams are filtered out because of existing allow/deny rules")
+	// errLeaseAnswer answers a fill without its cluster lease (leaseError).
+	errLeaseAnswer = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - "+leaseReason)
+	// errElsewhereGone answers a file another node stored just now whose
+	// blob cannot be read here (see blobGone).
+	errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
+		"503 Service Unavailable - the file was stored by another node and could not be read; try again")
+)
+
 // upstreamFailure is one upstream that did not serve a miss, and why.
 type upstreamFailure struct {
 	upstream int64

@@ -7,7 +7,6 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 
 	"registryd/maven"
 	"registryd/store"
@@ -258,8 +257,3 @@ func (s *Server) deny(x *exchange, u *upstreamView, v maven.Verdict) {
 	s.met.denials.WithLabelValues(u.label).Inc()
 	s.audit.denied(x, u, v)
 }
-
-// errAllDenied is GitLab's answer when the rules leave no upstream for a
-// file; problem documents name each upstream's rule.
-var errAllDenied = message(fasthttp.StatusForbidden,
-	"403 Forbidden - All upstreams are filtered out because of existing allow/deny rules")
