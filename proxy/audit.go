@@ -36,7 +36,7 @@ const (
 )
 
 type auditQueue struct {
-	s        *Server
+	s        *engine
 	ch       chan deniedFile
 	interval time.Duration // audit.aggregate_interval
 	met      *auditMetrics
@@ -70,7 +70,7 @@ type deniedFile struct {
 	rel   string // key.rel as events show it: credentials redacted
 }
 
-func newAuditQueue(s *Server, o AuditOptions, reg prometheus.Registerer) (*auditQueue, error) {
+func newAuditQueue(s *engine, o AuditOptions, reg prometheus.Registerer) (*auditQueue, error) {
 	seen, err := simplelru.NewLRU[denialKey, time.Time](auditSeenSize, nil)
 	if err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ var errClientGone = &apiError{status: 499, body: `{"message":"499 Client Closed 
 // is gone: a fill nobody else waits for is then dequeued (flight.orphaned)
 // instead of asking the upstream for nobody. A nil conn (a merge, which has
 // no one client) just waits.
-func (s *Server) awaitReady(conn net.Conn, f *flight) bool {
+func (s *engine) awaitReady(conn net.Conn, f *flight) bool {
 	select {
 	case <-f.ready:
 		return true

@@ -61,7 +61,7 @@ func fillKey(f *flight) string {
 // reads f's entry again under it. done means the flight is decided and
 // finished here (filled elsewhere, or a lease failure) and the fill must
 // not go on; otherwise unlock gives the lease back at the fill's end.
-func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
+func (s *engine) leaseFill(f *flight) (unlock func(), done bool) {
 	if !s.st.Clustered() {
 		return noUnlock, false
 	}
@@ -124,7 +124,7 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 // or its object). A bucket that does not answer counts as readable: the
 // serve then answers 503 with the reason, where a fetch would publish into
 // the same unreachable bucket.
-func (s *Server) blobReadable(ctx context.Context, e store.CacheEntry) bool {
+func (s *engine) blobReadable(ctx context.Context, e store.CacheEntry) bool {
 	ok, err := s.blobs.Present(ctx, e.SHA256, e.Size)
 	return ok || err != nil
 }
@@ -136,7 +136,7 @@ func newLeaseSlots(maxLocks int) chan struct{} {
 }
 
 // leaseFailed ends a flight whose lease (or the read under it) failed.
-func (s *Server) leaseFailed(f *flight, err error) {
+func (s *engine) leaseFailed(f *flight, err error) {
 	if s.fillCtx.Err() != nil {
 		err = errShutdown
 	} else {
@@ -156,7 +156,7 @@ const (
 )
 
 // jobLease takes the lease of one round of job (see clusterjob.Try).
-func (s *Server) jobLease(job string) (unlock func(), run bool, err error) {
+func (s *engine) jobLease(job string) (unlock func(), run bool, err error) {
 	return clusterjob.Try(s.st, job, s.met.jobSkipped, s.log)
 }
 

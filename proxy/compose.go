@@ -97,7 +97,7 @@ func (in *docInput) until(t time.Time) {
 }
 
 // resolveComposed resolves x to a composed document, for serveComposed.
-func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) (*composedView, error) {
+func (s *engine) resolveComposed(x *exchange, k composeKind, gen uint64) (*composedView, error) {
 	rel := x.path.EntryRel()
 	key := entryKey{x.reg.id, rel}
 	now := s.now()
@@ -130,7 +130,7 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) (*compo
 // metadata.partial_ttl), upstreams that failed: the cache generation moves
 // with every fill anywhere, and asking a failing upstream again each time
 // would defeat the point of keeping the partial answer.
-func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
+func (s *engine) gather(x *exchange, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
 	reg := x.reg
 	ins := make([]docInput, len(reg.ups))
 	var c maven.Coordinates
@@ -173,7 +173,7 @@ func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev
 // that upstream alone would: its fresh entry; a stale one revalidated (the
 // stale copy when the upstream fails or is down); else a fill, unless the
 // upstream is remembered not to have it or is unhealthy.
-func (s *Server) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
+func (s *engine) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
 	for attempt := 1; ; attempt++ {
 		seen := gen
 		if attempt > 1 {
@@ -206,7 +206,7 @@ func (s *Server) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
 
 // storedDoc handles an upstream that has an entry for the document; false
 // means look again (the cache changed meanwhile).
-func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bool, seen uint64) bool {
+func (s *engine) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bool, seen uint64) bool {
 	up, now := in.up, s.now()
 	validity := up.validity
 	if meta {
@@ -267,7 +267,7 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 
 // fetchDoc handles an upstream without an entry for the document; false
 // means look again.
-func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool {
+func (s *engine) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool {
 	now := s.now()
 	t := s.askFor(in.up, rel, seen)
 	if t.err != nil {
@@ -301,7 +301,7 @@ func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool
 
 // absentDoc records an upstream without the document, for as long as its
 // 404 is remembered.
-func (s *Server) absentDoc(in *docInput, err error, meta bool, now time.Time) {
+func (s *engine) absentDoc(in *docInput, err error, meta bool, now time.Time) {
 	ttl := in.up.notFoundTTL
 	if meta {
 		ttl = in.up.metaNotFoundTTL
@@ -319,7 +319,7 @@ var errDocTooLarge = &refusedError{label: refusedAnswer, reason: "document large
 // lower. A larger document is not downloaded past the limit nor stored:
 // its fill is refused as that upstream's answer (remembered a while, so it
 // is not fetched again meanwhile), whoever asked for it.
-func (s *Server) fillLimit(rel string) (int64, error) {
+func (s *engine) fillLimit(rel string) (int64, error) {
 	if max := s.opts.Metadata.MaxDocumentBytes; max < s.maxFile && (maven.IsMetadata(rel) || rel == maven.PrefixesFile) {
 		return max, errDocTooLarge
 	}
@@ -336,7 +336,7 @@ var unaccounted = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregister
 // document at once would each hold a copy otherwise). A small body read
 // whole by the fill is shared as it is; only an uncached one (a full disk)
 // is read from the flight, the one way to have it.
-func (s *Server) flightDoc(in *docInput, f *flight) bool {
+func (s *engine) flightDoc(in *docInput, f *flight) bool {
 	max := s.opts.Metadata.MaxDocumentBytes
 	now := s.now()
 	if f.size > max {
@@ -414,7 +414,7 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 }
 
 // read returns the input's document, reading its blob once.
-func (in *docInput) read(s *Server) ([]byte, error) {
+func (in *docInput) read(s *engine) ([]byte, error) {
 	if in.body != nil || in.err != nil {
 		return in.body, in.err
 	}

@@ -149,7 +149,7 @@ func (e *unavailableError) retryAfter() time.Duration {
 
 // notAsked returns why up is not asked for rel now, counted in
 // registryd_upstream_skipped_total, or nil when it may be.
-func (s *Server) notAsked(up *upstreamView, rel string) error {
+func (s *engine) notAsked(up *upstreamView, rel string) error {
 	c, ok := s.health.Check(up.id, rel)
 	if ok {
 		return nil
@@ -158,7 +158,7 @@ func (s *Server) notAsked(up *upstreamView, rel string) error {
 }
 
 // skipped counts and returns the failure of an upstream not asked.
-func (s *Server) skipped(up *upstreamView, c upstream.Closure) error {
+func (s *engine) skipped(up *upstreamView, c upstream.Closure) error {
 	reason := skipUnhealthy
 	if c.Path {
 		reason = skipFailingPath

@@ -34,7 +34,7 @@ var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than 
 // to the cache's temp file, or uncached through memory when the disk has no
 // room for it (stream, passThrough), both ending in the one tail of a
 // streamed body (bodyRead).
-func (s *Server) fill(f *flight) {
+func (s *engine) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
 	f.max, f.tooLarge = s.fillLimit(f.key.rel)
@@ -70,7 +70,7 @@ func (s *Server) fill(f *flight) {
 // admitFill waits for a slot of the upstream's cap, then for the health
 // tracker's leave: an upstream that turned unhealthy while this fill
 // queued is not asked. false: the flight is decided and finished.
-func (s *Server) admitFill(ctx context.Context, f *flight) (*slot, bool) {
+func (s *engine) admitFill(ctx context.Context, f *flight) (*slot, bool) {
 	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
 	f.slot.Store(sl)
 	if err != nil {
@@ -102,7 +102,7 @@ func (f *flight) noBody(temp *pendingTemp, kind flightKind, err error) {
 
 // ask sends the flight's request, and ends the flight on every answer that
 // brings no body (a failure, 404 or 410, 304): nil then.
-func (s *Server) ask(ctx context.Context, f *flight, temp *pendingTemp, epoch uint64) *upstream.Response {
+func (s *engine) ask(ctx context.Context, f *flight, temp *pendingTemp, epoch uint64) *upstream.Response {
 	start := time.Now()
 	get := s.up.Get
 	if f.reval {
@@ -135,7 +135,7 @@ func (s *Server) ask(ctx context.Context, f *flight, temp *pendingTemp, epoch ui
 
 // askFailed is the outcome of a request that failed: 404 and 410 are
 // remembered (and end a revalidated entry), refusals too.
-func (s *Server) askFailed(f *flight, err error, epoch uint64) (flightKind, error) {
+func (s *engine) askFailed(f *flight, err error, epoch uint64) (flightKind, error) {
 	switch {
 	case errors.Is(err, upstream.ErrNotFound):
 		if f.reval {
@@ -154,7 +154,7 @@ func (s *Server) askFailed(f *flight, err error, epoch uint64) (flightKind, erro
 
 // notModified is the outcome of a 304 (or a 200 with the stored ETag): the
 // stored copy is current, and its check recorded.
-func (s *Server) notModified(f *flight, start time.Time) (flightKind, error) {
+func (s *engine) notModified(f *flight, start time.Time) (flightKind, error) {
 	if f.etag == "" {
 		s.met.upstream(f.up, outcomeServerError, start)
 		return flightFailed, errUnexpected304
@@ -176,7 +176,7 @@ func (s *Server) notModified(f *flight, start time.Time) (flightKind, error) {
 // first bytes) and runs it: a body that is (or may be, when its length is
 // unknown) small is read whole before anyone is answered (fillSmall); a
 // longer one streams on from what was read of it.
-func (s *Server) takeBody(ctx context.Context, f *flight, resp *upstream.Response, temp *pendingTemp) {
+func (s *engine) takeBody(ctx context.Context, f *flight, resp *upstream.Response, temp *pendingTemp) {
 	if resp.ContentLength > f.max {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 		if refusal(f.tooLarge) {
@@ -227,7 +227,7 @@ func (s *Server) takeBody(ctx context.Context, f *flight, resp *upstream.Respons
 // stream writes a body to the cache's temp file as its clients read it
 // behind the fill; it goes on uncached (passThrough) when the disk has no
 // room for it, before or while it is written.
-func (s *Server) stream(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected, temp *pendingTemp) {
+func (s *engine) stream(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected, temp *pendingTemp) {
 	unreserve, room := s.blobs.Reserve(f.size)
 	defer unreserve()
 	if !room {
@@ -274,7 +274,7 @@ func (s *Server) stream(ctx context.Context, f *flight, resp *upstream.Response,
 // answer until then. Otherwise the clients finish at once and the hashing
 // (usually done by now, see store.BlobWriter) ends behind them. Then the
 // body is stored (storeBody), unless it went uncached.
-func (s *Server) bodyRead(f *flight, resp *upstream.Response, exp expected, w *store.BlobWriter, d store.Digests) {
+func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *store.BlobWriter, d store.Digests) {
 	resp.Body.Close()
 	f.freeSlot()
 	verifyFirst := exp.any() || f.reval || w == nil
@@ -318,7 +318,7 @@ func (s *Server) bodyRead(f *flight, resp *upstream.Response, exp expected, w *s
 // here unless bodyRead did (hash), fsynced, and made the entry, unless too
 // many stores wait (notStored) or the disk is full (the flight then ends
 // uncached with its digests).
-func (s *Server) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash bool, unsynced error, etag string) {
+func (s *engine) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash bool, unsynced error, etag string) {
 	release, storing := s.stores.take(turnedAwayFill, f)
 	defer release()
 	if !storing {
@@ -357,7 +357,7 @@ func (s *Server) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash
 // stored (too many stores wait, pendingstores.go): the temp file goes, and
 // the flight ends uncached with the body's digests, hashed here when hash
 // says they are not known yet.
-func (s *Server) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash bool) {
+func (s *engine) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash bool) {
 	if hash {
 		if sums, err := w.Detach(); err == nil {
 			d = store.SumHashes(sums, w.Size())
@@ -370,7 +370,7 @@ func (s *Server) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash
 
 // publish makes the verified body of f the cache entry of its upstream and
 // path.
-func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
+func (s *engine) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
 	s.marks.forget(f.up.id, f.key.rel)
 	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
 		UpstreamID:   f.up.id,
@@ -381,7 +381,7 @@ func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag s
 	})
 }
 
-func (s *Server) storeFailed(f *flight, size int64, err error) {
+func (s *engine) storeFailed(f *flight, size int64, err error) {
 	s.met.storeErrors.Inc()
 	if store.IsDiskFull(err) {
 		s.diskFull(diskStageStore, f, err)
@@ -396,7 +396,7 @@ func (s *Server) storeFailed(f *flight, size int64, err error) {
 // more), so none holds a complete-looking wrong file. When none was
 // answered yet (a small body, a revalidation), the flight fails like an
 // upstream error: the next upstream is asked, or the stored copy served.
-func (s *Server) failBody(f *flight, err error) {
+func (s *engine) failBody(f *flight, err error) {
 	switch {
 	case s.fillCtx.Err() != nil && !refusal(err):
 		err = errShutdown
@@ -427,7 +427,7 @@ func (s *Server) failBody(f *flight, err error) {
 // answers 404 or 410 for: resolution goes on down the list and stores the
 // file where it is found, which this entry would otherwise shadow on every
 // request.
-func (s *Server) dropGone(f *flight) {
+func (s *engine) dropGone(f *flight) {
 	switch err := s.st.DeleteCacheEntry(f.up.id, f.relSlash); {
 	case err == nil:
 		s.log.Info("the upstream no longer has a cached file; its entry was removed",
@@ -498,7 +498,7 @@ func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
 // every client in one write with its digests. The temp file is written,
 // hashed, fsynced and published afterwards, off the clients' path; a
 // failure there is logged and counted, and caches nothing.
-func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
+func (s *engine) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
 	var err error
 	var d store.Digests
 	switch {
@@ -599,7 +599,7 @@ type pendingTemp struct {
 	taken bool
 }
 
-func (s *Server) prepareTemp() *pendingTemp {
+func (s *engine) prepareTemp() *pendingTemp {
 	t := &pendingTemp{done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
@@ -608,7 +608,7 @@ func (s *Server) prepareTemp() *pendingTemp {
 	return t
 }
 
-func (s *Server) createTemp() (*store.BlobWriter, *os.File, error) {
+func (s *engine) createTemp() (*store.BlobWriter, *os.File, error) {
 	w, err := s.blobs.Create()
 	if err != nil {
 		return nil, nil, err
@@ -623,7 +623,7 @@ func (s *Server) createTemp() (*store.BlobWriter, *os.File, error) {
 
 // take returns the prepared temp file, waiting for it, or creates one when
 // none was prepared (t is nil).
-func (t *pendingTemp) take(s *Server) (*store.BlobWriter, *os.File, error) {
+func (t *pendingTemp) take(s *engine) (*store.BlobWriter, *os.File, error) {
 	if t == nil {
 		return s.createTemp()
 	}
@@ -644,7 +644,7 @@ func (t *pendingTemp) drop() {
 	}
 }
 
-func (s *Server) failBeforeStream(f *flight, err error) {
+func (s *engine) failBeforeStream(f *flight, err error) {
 	s.log.Error("starting a fill", "upstream", f.up.id, "path", f.relSlash, "err", err)
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 	f.decide(flightFailed, err)
@@ -653,7 +653,7 @@ func (s *Server) failBeforeStream(f *flight, err error) {
 
 // copyBody copies the body to the blob writer, publishing progress, and
 // checks that it ended cleanly with the announced length.
-func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error {
+func (s *engine) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp

@@ -32,7 +32,7 @@ import (
 // This is the only deduplication layer: concurrent requests for the same
 // (upstream, path) join the flight in the map and never fetch again.
 type flight struct {
-	s        *Server
+	s        *engine
 	key      flightKey
 	relSlash string // the entry's relative path, with its leading slash
 	up       *upstreamView
@@ -133,7 +133,7 @@ var errLookAgain = errors.New("the cache changed since the lookup")
 // file. A flight leaves the map only after its entry is committed and the
 // generation bumped, so reading the generation under flightsMu, after
 // finding no flight, cannot miss that. seen == anyGen skips the check.
-func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint64) (f *flight, joined bool) {
+func (s *engine) join(up *upstreamView, rel, etag string, reval bool, seen uint64) (f *flight, joined bool) {
 	s.flightsMu.Lock()
 	if f, ok := s.flights[flightKey{up.id, rel}]; ok {
 		if f.refs.Add(1) == 2 {
@@ -173,7 +173,7 @@ func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint6
 	return f, false
 }
 
-func (s *Server) inflight() int {
+func (s *engine) inflight() int {
 	s.flightsMu.Lock()
 	defer s.flightsMu.Unlock()
 	return len(s.flights)
@@ -380,7 +380,7 @@ type outcome struct {
 // stored says the caller holds a stored entry of the file (it revalidates
 // it): a 404 of a plain fetch it joined (the fetch of a file whose blob had
 // gone missing) is news about that entry all the same, and drops it.
-func (s *Server) settle(f *flight, stored bool) outcome {
+func (s *engine) settle(f *flight, stored bool) outcome {
 	o := outcome{kind: f.kind, err: f.err}
 	switch f.kind {
 	case flightStreaming:

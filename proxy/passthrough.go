@@ -384,7 +384,7 @@ func (r *flightReader) copyMem(w io.Writer, avail int64) (int64, error) {
 // written; rest is what the failed write did not take). The body passes
 // through the memory window to its clients, and ends in the fill's own
 // tail (bodyRead) with its digests and nothing to store.
-func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
+func (s *engine) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
 	w *store.BlobWriter, rest []byte, stage string, cause error) {
 	var sums [4]hash.Hash
 	var onDisk int64
@@ -475,7 +475,7 @@ func hashAll(b []byte) store.Digests {
 }
 
 // copyPass reads the body to its end into add.
-func (s *Server) copyPass(body io.Reader, add func([]byte) error) error {
+func (s *engine) copyPass(body io.Reader, add func([]byte) error) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -594,7 +594,7 @@ func newDiskState(reg prometheus.Registerer, blobs *store.Blobs, log *slog.Logge
 
 // diskFull counts a fill that could not write to the cache, and logs it
 // once per diskLogEvery.
-func (s *Server) diskFull(stage string, f *flight, cause error) {
+func (s *engine) diskFull(stage string, f *flight, cause error) {
 	d := s.disk
 	d.full.WithLabelValues(stage).Inc()
 	if stage != diskStageBefore {
@@ -625,7 +625,7 @@ func (s *Server) diskFull(stage string, f *flight, cause error) {
 
 // diskOK notes a fill that was stored: after a full disk, the first one
 // says so in the log.
-func (s *Server) diskOK() {
+func (s *engine) diskOK() {
 	d := s.disk
 	d.mu.Lock()
 	was := !d.warnedAt.IsZero()
@@ -640,7 +640,7 @@ func (s *Server) diskOK() {
 // counts", "collecting cache entries"): at once, unless it failed for want
 // of space, which is logged once per diskLogEvery for each kind, since it
 // fails again at every period until the volume has room.
-func (s *Server) backgroundFailed(what string, err error) {
+func (s *engine) backgroundFailed(what string, err error) {
 	if !store.IsDiskFull(err) {
 		s.log.Warn(what, "err", err)
 		return

@@ -61,7 +61,7 @@ func (r *registryView) upstream(id int64) *upstreamView {
 // registry returns the registry's view, reading the store when the cached
 // one is older than gen. gen is read before the store, so a change that
 // commits meanwhile makes the view stale, never wrongly fresh.
-func (s *Server) registry(id int64, gen uint64) (*registryView, error) {
+func (s *engine) registry(id int64, gen uint64) (*registryView, error) {
 	if v, ok := s.regs.Get(id); ok && v.gen == gen {
 		return v, nil
 	}
@@ -138,7 +138,7 @@ type entryView struct {
 }
 
 // lookup returns the entry for rel, or nil.
-func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, error) {
+func (s *engine) lookup(reg *registryView, rel string, gen uint64) (*entryView, error) {
 	cached, ok := s.entries.Get(entryKey{reg.id, rel})
 	if ok && cached.gen == gen {
 		if !cached.found {
@@ -180,7 +180,7 @@ func (s *Server) lookup(reg *registryView, rel string, gen uint64) (*entryView, 
 
 // newEntryView is the view of e, an entry of up stored under rel, with
 // its response headers formatted (gen 0: for the caller to set).
-func newEntryView(s *Server, up *upstreamView, rel string, e store.CacheEntry) *entryView {
+func newEntryView(s *engine, up *upstreamView, rel string, e store.CacheEntry) *entryView {
 	v := &entryView{found: true, key: rel, e: e, up: up}
 	v.blob = s.blobs.Path(e.SHA256)
 	v.etag = `"` + e.SHA256 + `"`
@@ -242,7 +242,7 @@ type answer struct {
 // the bucket): the file is fetched again. An entry another node stored
 // just now is not: its blob missing here too means it went meanwhile, and
 // a fetch would find the entry again.
-func (s *Server) blobGone(x *exchange, a answer) (answer, error) {
+func (s *engine) blobGone(x *exchange, a answer) (answer, error) {
 	if a.elsewhere {
 		return answer{}, errElsewhereGone
 	}
@@ -256,7 +256,7 @@ func (s *Server) blobGone(x *exchange, a answer) (answer, error) {
 // resolveDownload resolves x, its registry readable and its path
 // classified: a composed document (merged metadata, prefix files), or the
 // file from the cache or the upstreams that x's rules leave (screen).
-func (s *Server) resolveDownload(x *exchange, gen uint64) (answer, error) {
+func (s *engine) resolveDownload(x *exchange, gen uint64) (answer, error) {
 	if k := composedKind(x); k != composeNone {
 		v, err := s.resolveComposed(x, k, gen)
 		return answer{doc: v}, err
@@ -272,7 +272,7 @@ func (s *Server) resolveDownload(x *exchange, gen uint64) (answer, error) {
 // while a flight for the file was storing it finds no flight to join
 // afterwards; join then says to look again (errLookAgain) rather than fetch
 // the file a second time.
-func (s *Server) resolve(x *exchange, gen uint64) (answer, error) {
+func (s *engine) resolve(x *exchange, gen uint64) (answer, error) {
 	for attempt := 1; ; attempt++ {
 		seen := gen
 		if attempt == maxLookups {
@@ -286,7 +286,7 @@ func (s *Server) resolve(x *exchange, gen uint64) (answer, error) {
 	}
 }
 
-func (s *Server) resolveOnce(x *exchange, gen, seen uint64) (answer, error) {
+func (s *engine) resolveOnce(x *exchange, gen, seen uint64) (answer, error) {
 	v, err := s.lookup(x.reg, x.path.EntryRel(), gen)
 	if err != nil {
 		return answer{}, err
@@ -312,7 +312,7 @@ func (s *Server) resolveOnce(x *exchange, gen, seen uint64) (answer, error) {
 // answer the fill refuses: 204, 206, a web page, a checksum mismatch, ...),
 // or an upstream that is unhealthy: the stale copy is served, because only
 // a definite, verified answer about the file may replace it.
-func (s *Server) revalidate(x *exchange, v *entryView, seen uint64) (answer, error) {
+func (s *engine) revalidate(x *exchange, v *entryView, seen uint64) (answer, error) {
 	rel := x.path.EntryRel()
 	x.up = v.up.id
 	stale := answer{entry: v, seen: anyGen}
@@ -360,7 +360,7 @@ func joinedOr(joined bool, r result) result {
 
 // elsewhere is the answer of an entry another node of the cluster stored
 // (a flightElsewhere's), from upstream up, served as a hit would be.
-func (s *Server) elsewhere(x *exchange, up *upstreamView, e store.CacheEntry) answer {
+func (s *engine) elsewhere(x *exchange, up *upstreamView, e store.CacheEntry) answer {
 	x.res, x.up = resJoin, up.id
 	return answer{entry: newEntryView(s, up, x.path.EntryRel(), e), elsewhere: true}
 }
@@ -368,7 +368,7 @@ func (s *Server) elsewhere(x *exchange, up *upstreamView, e store.CacheEntry) an
 // keepStale reports whether a stale entry of up is served as it is, without
 // asking up: its last answer for rel was refused lately, it is unhealthy, or
 // rel failed on it lately (its path breaker is open).
-func (s *Server) keepStale(up *upstreamView, rel string) bool {
+func (s *engine) keepStale(up *upstreamView, rel string) bool {
 	if s.refusedFor(up, rel) != nil {
 		return true
 	}
@@ -387,13 +387,13 @@ type turn struct {
 }
 
 // askFor takes up's turn for rel (see turn).
-func (s *Server) askFor(up *upstreamView, rel string, seen uint64) turn {
+func (s *engine) askFor(up *upstreamView, rel string, seen uint64) turn {
 	return s.askForClient(nil, up, rel, seen)
 }
 
 // askForClient is askFor for the request of client, which may go away while
 // the flight waits (awaitReady): the turn's error is then errClientGone.
-func (s *Server) askForClient(client net.Conn, up *upstreamView, rel string, seen uint64) turn {
+func (s *engine) askForClient(client net.Conn, up *upstreamView, rel string, seen uint64) turn {
 	if mark, ok := s.marks.recall(s.st, up.id, rel, s.now()); ok {
 		if mark.refused != nil {
 			return turn{err: mark.refused, until: mark.until}
@@ -431,7 +431,7 @@ const (
 // upstream asked for, naming each failure, because a 404 would make Maven
 // remember "absent" for a file an unreachable upstream may well have. skip
 // is an upstream already known not to have the file (0 for none).
-func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error) {
+func (s *engine) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error) {
 	rel := x.path.EntryRel()
 	x.res = resMiss
 	if a, ok := s.uncachedDigests(x, rel); ok {
@@ -491,7 +491,7 @@ func (s *Server) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error)
 // uncached (a full disk) from its digests, as a stored entry's would (looked
 // for on every upstream before any is asked, as the lookup does), rather
 // than fetching it all again.
-func (s *Server) uncachedDigests(x *exchange, rel string) (answer, bool) {
+func (s *engine) uncachedDigests(x *exchange, rel string) (answer, bool) {
 	if x.path.Kind != maven.Checksum {
 		return answer{}, false
 	}
