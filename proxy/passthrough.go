@@ -258,6 +258,12 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 				f.mu.Unlock()
 				return errSpillFull
 			}
+			// What this call appended so far must reach the readers
+			// before the fill waits for them: they wait for progress,
+			// which add publishes only once the whole of b is in, and a
+			// fast reader that cannot see those bytes is never caught up
+			// (stallNow) nor moves on to make room.
+			f.wakeReadersLocked()
 			p.fillWaits, p.room = true, make(chan struct{})
 			room := p.room
 			f.mu.Unlock()
@@ -296,6 +302,15 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 		f.mu.Unlock()
 	}
 	return nil
+}
+
+// wakeReadersLocked wakes the readers waiting for bytes past what they
+// have seen (as progress does, under f.mu).
+func (f *flight) wakeReadersLocked() {
+	if f.waiting > 0 {
+		close(f.wake)
+		f.wake, f.waiting = make(chan struct{}), 0
+	}
 }
 
 // roomForPiece reports whether the flight may take one more piece: within
