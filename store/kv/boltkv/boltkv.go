@@ -96,13 +96,15 @@ func (d *DB) Close() error { return d.db.Close() }
 // Describe is the file path.
 func (d *DB) Describe() string { return d.db.Path() }
 
-// Stats reads the file size (as of a fresh read transaction) and the
-// number of open read transactions.
+// Stats reads the file size (as of a fresh read transaction), the number
+// of open read transactions and the free and pending pages of the freelist.
 func (d *DB) Stats() kv.Stats {
 	st := d.db.Stats()
 	var size int64
 	_ = d.db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
-	return kv.Stats{Bytes: size, OpenTx: st.OpenTxN}
+	page := int64(d.db.Info().PageSize)
+	return kv.Stats{Bytes: size, OpenTx: st.OpenTxN,
+		FreeBytes: int64(st.FreePageN) * page, PendingBytes: int64(st.PendingPageN) * page}
 }
 
 // CopyFile writes a consistent copy of the database, as of a read
