@@ -279,12 +279,14 @@ func (s *Store) CacheGeneration() uint64 { return s.cacheGen.Load() }
 type Stats struct {
 	FileBytes int64
 	TxOpen    int
+	// FreeBytes and PendingBytes: see kv.Stats.
+	FreeBytes, PendingBytes int64
 }
 
 // Stats reports figures of the database for metrics.
 func (s *Store) Stats() Stats {
 	st := s.db.Stats()
-	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx}
+	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx, FreeBytes: st.FreeBytes, PendingBytes: st.PendingBytes}
 }
 
 // now returns the store clock truncated to milliseconds, the precision of the API.
