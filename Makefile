@@ -23,8 +23,9 @@ test: fmt-check vet
 # and the three-node tests, with a PostgreSQL and a MinIO the tests start on
 # loopback. Separate from `make test` to keep that one quick; .ci/run runs
 # both. Without postgres or minio installed the tests skip (fail when CI=true).
+# -count=1: the suite runs against a server, never from go test's cache.
 test-cluster:
-	REGISTRYD_TEST_STORE=postgres $(GO) test -race -timeout 20m ./store/...
+	REGISTRYD_TEST_STORE=postgres $(GO) test -race -count=1 -timeout 20m ./store/...
 	$(GO) test -race -count=1 -timeout 20m -run Cluster ./itest/
 
 fmt-check:
