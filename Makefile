@@ -15,9 +15,10 @@ build:
 run: build
 	./$(BIN) serve
 
-# gofmt check + go vet + the race-enabled test suite.
+# gofmt check + go vet + the race-enabled test suite, printed as go test
+# prints it, then every skipped test with its message (internal/testsummary).
 test: fmt-check vet
-	$(GO) test -race -timeout 20m ./...
+	GO=$(GO) $(GO) run ./internal/testsummary -race -timeout 20m ./...
 
 # The cluster suite (docs/scale-out.md): the store suite against PostgreSQL
 # and the three-node tests, with a PostgreSQL and a MinIO the tests start on
