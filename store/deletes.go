@@ -20,23 +20,30 @@ import (
 // deleteUpstreamTx) as DeleteRegistry and DeleteUpstream do, and the
 // collector destroys them and frees their blobs in batches.
 
+// Deleted says what a deletion took with it that the caller may hold state
+// about: the ids of the upstreams deleted (their health, for one).
+type Deleted struct {
+	Upstreams []int64
+}
+
 // DeleteGroup removes the group and, with it, its subgroups, their projects
 // (see DeleteProject), the virtual registries and upstreams of them all
 // (cache entries marked for destruction), their deploy tokens, cleanup
 // policies and direct memberships.
-func (s *Store) DeleteGroup(id int64) error {
-	var upstreams []int64
+func (s *Store) DeleteGroup(id int64) (Deleted, error) {
+	var d Deleted
 	err := s.update(true, true, func(tx kv.Tx) error {
-		upstreams = upstreams[:0] // kv may run the function again
+		d = Deleted{} // kv may run the function again
 		if _, ok := groupTx(tx, id); !ok {
 			return notFound("Group")
 		}
-		return deleteGroupTx(tx, id, s.clock(), &upstreams)
+		return deleteGroupTx(tx, id, s.clock(), &d.Upstreams)
 	})
-	if err == nil {
-		s.forget.bump(upstreams...)
+	if err != nil {
+		return Deleted{}, err
 	}
-	return err
+	s.forget.bump(d.Upstreams...)
+	return d, nil
 }
 
 // DeleteProject removes the project, its direct memberships, its dependency
@@ -64,10 +71,10 @@ var ErrLastAdmin = &ConflictError{Reason: "The last administrator cannot be remo
 // deleted (see DeleteGroup) and so are the events the user authored.
 // Without hard, their events stay, by an author who no longer exists. The
 // last administrator is refused (ErrLastAdmin).
-func (s *Store) DeleteUser(id int64, hard bool) error {
-	var upstreams []int64
+func (s *Store) DeleteUser(id int64, hard bool) (Deleted, error) {
+	var d Deleted
 	err := s.update(true, true, func(tx kv.Tx) error {
-		upstreams = upstreams[:0]
+		d = Deleted{}
 		u, ok := userTx(tx, id)
 		if !ok {
 			return notFound("User")
@@ -84,7 +91,7 @@ func (s *Store) DeleteUser(id int64, hard bool) error {
 			if _, ok := groupTx(tx, g); !ok {
 				continue // a subgroup of a group deleted before it
 			}
-			if err := deleteGroupTx(tx, g, now, &upstreams); err != nil {
+			if err := deleteGroupTx(tx, g, now, &d.Upstreams); err != nil {
 				return err
 			}
 		}
@@ -95,10 +102,11 @@ func (s *Store) DeleteUser(id int64, hard bool) error {
 		}
 		return deleteUserTx(tx, u)
 	})
-	if err == nil {
-		s.forget.bump(upstreams...)
+	if err != nil {
+		return Deleted{}, err
 	}
-	return err
+	s.forget.bump(d.Upstreams...)
+	return d, nil
 }
 
 // deleteGroupTx removes the group and its subtree (subgroups first), adding
@@ -347,7 +355,7 @@ func deleteUserTx(tx kv.Tx, u User) error {
 }
 
 // soleOwnedGroupsTx lists the groups of which the user is the only direct
-// owner (GitLab's User#solo_owned_groups), parents before their subgroups.
+// owner (GitLab's User#solo_owned_groups).
 func soleOwnedGroupsTx(tx kv.Tx, user int64) []int64 {
 	members := tx.Bucket(bktGroupMembers)
 	var out []int64

@@ -43,7 +43,7 @@ func populate(t *testing.T, s *Store, path string, owner, guest User) deleteFixt
 		u := up(t, s, f.registry, url)
 		f.upstreams = append(f.upstreams, u.ID)
 		ok(s.PutCacheEntry(CacheEntry{UpstreamID: u.ID, RelativePath: "/org/x/1.0/x-1.0.jar", Size: 10,
-			SHA256: fmt.Sprintf("%064x", 1000+i) + strings.Repeat("", len(path))}))(t)
+			SHA256: fmt.Sprintf("%064x", 1000+i)}))(t)
 	}
 	f.deployTokenPlain = "gldt-" + path + "-0123456789abcdef"
 	ok(s.CreateDeployToken(NewDeployToken{GroupID: f.top.ID, Name: "ci", Scopes: []string{ScopeReadVirtualRegistry},
@@ -122,7 +122,7 @@ func TestDeleteGroupLeavesNothing(t *testing.T) {
 	var f deleteFixture
 	sameAsNever(t, base,
 		func(s *Store) { f = populate(t, s, "acme", owner, guest) },
-		func(s *Store) { noErr(t, s.DeleteGroup(f.top.ID)) })
+		func(s *Store) { ok(s.DeleteGroup(f.top.ID))(t) })
 }
 
 func TestDeleteSubgroupLeavesNothing(t *testing.T) {
@@ -139,7 +139,7 @@ func TestDeleteSubgroupLeavesNothing(t *testing.T) {
 			ok(s.AddProjectMember(p.ID, owner.ID, Maintainer, nil, guest.ID))(t)
 			f.sub = g
 		},
-		func(s *Store) { noErr(t, s.DeleteGroup(f.sub.ID)) })
+		func(s *Store) { ok(s.DeleteGroup(f.sub.ID))(t) })
 }
 
 func TestDeleteProjectLeavesNothing(t *testing.T) {
@@ -182,7 +182,7 @@ func TestDeleteUserHardLeavesNothing(t *testing.T) {
 		},
 		func(s *Store) {
 			// The joined event of other/sub/app is by leaver: hard deletes it too.
-			noErr(t, s.DeleteUser(leaver.ID, true))
+			ok(s.DeleteUser(leaver.ID, true))(t)
 		})
 }
 
@@ -192,11 +192,11 @@ func TestDeleteUserRefusals(t *testing.T) {
 	owner := user(t, s, "owner")
 	g := ok(s.CreateGroup(NewGroup{Name: "acme", Path: "acme", CreatorID: owner.ID}))(t)
 
-	if err := s.DeleteUser(root.ID, false); !errors.Is(err, ErrLastAdmin) {
+	if _, err := s.DeleteUser(root.ID, false); !errors.Is(err, ErrLastAdmin) {
 		t.Fatalf("deleting the last admin: %v, want ErrLastAdmin", err)
 	}
 	before := snapshot(t, s)
-	if err := s.DeleteUser(owner.ID, false); !errors.Is(err, ErrSoleOwner) {
+	if _, err := s.DeleteUser(owner.ID, false); !errors.Is(err, ErrSoleOwner) {
 		t.Fatalf("deleting a sole owner: %v, want ErrSoleOwner", err)
 	}
 	if snapshot(t, s) != before {
@@ -205,7 +205,7 @@ func TestDeleteUserRefusals(t *testing.T) {
 	// A second owner: owner may go, and acme stays with its other owner.
 	second := user(t, s, "second")
 	ok(s.AddGroupMember(g.ID, second.ID, Owner, nil))(t)
-	noErr(t, s.DeleteUser(owner.ID, false))
+	ok(s.DeleteUser(owner.ID, false))(t)
 	if _, err := s.User(owner.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleted user: %v", err)
 	}
@@ -220,9 +220,11 @@ func TestDeleteUserRefusals(t *testing.T) {
 
 	// A second admin: root may go.
 	ok(s.CreateUser(NewUser{Username: "admin2", Name: "a", Email: "a2@example.com", Admin: true}))(t)
-	noErr(t, s.DeleteUser(root.ID, false))
+	ok(s.DeleteUser(root.ID, false))(t)
 
-	for _, err := range []error{s.DeleteUser(9999, false), s.DeleteGroup(9999), s.DeleteProject(9999)} {
+	_, errUser := s.DeleteUser(9999, false)
+	_, errGroup := s.DeleteGroup(9999)
+	for _, err := range []error{errUser, errGroup, s.DeleteProject(9999)} {
 		if !errors.Is(err, ErrNotFound) {
 			t.Errorf("deleting what does not exist: %v, want ErrNotFound", err)
 		}
@@ -238,7 +240,7 @@ func TestDeleteUserSoftKeepsEvents(t *testing.T) {
 	g := ok(s.CreateGroup(NewGroup{Name: "acme", Path: "acme", CreatorID: owner.ID}))(t)
 	p := ok(s.CreateProject(NewProject{Name: "app", NamespaceID: g.ID, CreatorID: owner.ID}))(t)
 	ok(s.AddProjectMember(p.ID, leaver.ID, Developer, nil, owner.ID))(t)
-	noErr(t, s.DeleteUser(leaver.ID, false))
+	ok(s.DeleteUser(leaver.ID, false))(t)
 	if _, _, err := s.TokenByHash(tok.Hash); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the deleted user's token: %v", err)
 	}
@@ -264,7 +266,9 @@ func TestDeleteGroupFreesBlobs(t *testing.T) {
 	}
 	gen := s.CacheGeneration()
 	epoch := s.ForgetEpoch(f.upstreams[0])
-	noErr(t, s.DeleteGroup(f.top.ID))
+	if d := ok(s.DeleteGroup(f.top.ID))(t); fmt.Sprint(d.Upstreams) != fmt.Sprint(f.upstreams) {
+		t.Fatalf("deleted upstreams %v, want %v", d.Upstreams, f.upstreams)
+	}
 	select {
 	case <-s.CollectWanted():
 	case <-time.After(5 * time.Second):
