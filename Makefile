@@ -2,7 +2,8 @@
 GO      ?= go
 BIN     := bin/registryd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+REVISION ?= $(shell git rev-parse --short=11 HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
 .PHONY: build run test test-cluster fmt-check vet bench soak clean
 

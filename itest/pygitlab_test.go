@@ -179,8 +179,9 @@ func TestPythonGitlab(t *testing.T) {
 			t.Errorf("%s:\n got  %v\n want %v", k, g, w)
 		}
 	}
-	if ver["version"] != "dev" || !regexp.MustCompile(`^([0-9a-f]{11}|unknown)$`).MatchString(fmt.Sprint(ver["revision"])) {
-		t.Errorf("GET /version: %v", ver)
+	if ver["version"] != "dev" || !regexp.MustCompile(`^([0-9a-f]{11}|unknown)$`).MatchString(fmt.Sprint(ver["revision"])) ||
+		(gitRevision != "" && ver["revision"] != gitRevision) {
+		t.Errorf("GET /version: %v (git: %q)", ver, gitRevision)
 	}
 	noServerErrors(t, d)
 }

@@ -36,8 +36,14 @@ import (
 	"registryd/upstream"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and revision are set at build time with -ldflags
+// "-X main.version=... -X main.revision=..." (the Makefile does, revision
+// from git rev-parse); revision "" leaves GET /version the commit the Go
+// toolchain recorded, if any.
+var (
+	version  = "dev"
+	revision = ""
+)
 
 const usage = `registryd: a Maven caching proxy and virtual registry with a GitLab-compatible API.
 
@@ -336,7 +342,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}
 	adminSrv, err := admin.New(admin.Deps{Options: adminOptions(cfg), Store: st, Auth: authSvc, Upstream: upClient, Health: health,
 		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer,
-		Disk: blobs.DiskStatus, Version: version})
+		Disk: blobs.DiskStatus, Version: version, Revision: revision})
 	if err != nil {
 		return err
 	}
