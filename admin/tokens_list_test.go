@@ -155,7 +155,7 @@ func TestVersionAndMetadata(t *testing.T) {
 // a commit id falls back to the binary's own record, else "unknown".
 func TestVersionRevision(t *testing.T) {
 	for given, want := range map[string]string{
-		"3f9c2a1b7d0":                              "3f9c2a1b7d0",
+		"3f9c2a1b7d0": "3f9c2a1b7d0",
 		"3f9c2a1b7d04e5f60718293a4b5c6d7e8f901234": "3f9c2a1b7d0",
 	} {
 		if got := revisionOf(given); got != want {
