@@ -540,19 +540,32 @@ var problemKey = regexp.MustCompile(`^([a-z0-9_]+(?:\.[a-z0-9_]+)+)(?: \((REGIST
 // so, by origin (setting -> "file:line" or variable name): it begins with
 // the file's "file:line: " and loses the variable's name, which the
 // operator did not use. A problem about a value from a variable or a
-// default is left as Validate wrote it.
+// default is left as Validate wrote it; one whose first setting has its
+// default but which names another from the file gets that one's line.
 func locate(problem string, origin map[string]string) string {
 	m := problemKey.FindStringSubmatchIndex(problem)
 	if m == nil {
 		return problem
 	}
 	key, rest := problem[m[2]:m[3]], problem[m[1]:]
-	from, ok := origin[key]
-	if !ok || strings.HasPrefix(from, "REGISTRYD_") {
-		return problem
+	if from, ok := origin[key]; ok {
+		if strings.HasPrefix(from, "REGISTRYD_") {
+			return problem
+		}
+		return from + ": " + key + rest
 	}
-	return from + ": " + key + rest
+	// A problem of two settings (max_merging_bytes and max_document_bytes)
+	// whose first is not the file's: the line of another one it names.
+	for _, other := range settingName.FindAllString(rest, -1) {
+		if from, ok := origin[other]; ok && !strings.HasPrefix(from, "REGISTRYD_") {
+			return from + ": " + problem
+		}
+	}
+	return problem
 }
+
+// settingName is a setting's name in a problem's text.
+var settingName = regexp.MustCompile(`\b[a-z0-9_]+(?:\.[a-z0-9_]+)+\b`)
 
 // Problems lists every validation failure of a Config.
 type Problems []string

@@ -258,6 +258,11 @@ func TestFileValueProblemsNameTheFile(t *testing.T) {
 		t.Errorf("a problem of the file names a variable:\n%s", err)
 	}
 
+	// A problem of two settings, the second from the file: its line.
+	path2 := writeFile(t, "metadata:\n  max_document_bytes: 1GiB\n")
+	_, err = Load(path2, nil)
+	wantProblems(t, err, path2+":2: metadata.max_merging_bytes (64MiB) must be at least metadata.max_document_bytes (1GiB)")
+
 	// A variable overrides the file: its problem names the variable.
 	_, err = Load(path, []string{"REGISTRYD_LOG_LEVEL=noisy", "REGISTRYD_PROXY_LISTEN=:8080", "REGISTRYD_PROXY_CONCURRENCY=1024", "REGISTRYD_LOG_FORMAT=text", "REGISTRYD_ROOT_TOKEN="})
 	wantProblems(t, err, `log.level (REGISTRYD_LOG_LEVEL): "noisy"`)
