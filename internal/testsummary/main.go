@@ -96,7 +96,23 @@ func (s *summary) read(r io.Reader) error {
 		}
 		s.event(e)
 	}
+	// A package that never finished (go test was stopped): what it wrote.
+	for key := range s.buf {
+		if key[1] == "" {
+			s.flush(key)
+		}
+	}
 	return sc.Err()
+}
+
+// flush prints what a package wrote itself, but -v's "PASS".
+func (s *summary) flush(key [2]string) {
+	for _, l := range s.buf[key] {
+		if l != "PASS\n" {
+			fmt.Fprint(s.w, l)
+		}
+	}
+	delete(s.buf, key)
 }
 
 func (s *summary) event(e event) {
@@ -108,12 +124,22 @@ func (s *summary) event(e event) {
 		s.failed = true
 	case e.Test == "":
 		// The package's own lines: "ok  pkg 1.2s", "FAIL pkg", a panic, a
-		// TestMain's output. "PASS" is -v's; go test without -v omits it.
-		if e.Action == "output" && e.Output != "PASS\n" {
-			fmt.Fprint(s.w, e.Output)
-		}
-		if e.Action == "fail" {
+		// TestMain's output. As go test without -v: a package that passed
+		// (or has no tests) shows its summary line only, one that failed
+		// everything but -v's "PASS".
+		switch e.Action {
+		case "output":
+			s.buf[key] = append(s.buf[key], e.Output)
+		case "pass", "skip":
+			for _, l := range s.buf[key] {
+				if strings.HasPrefix(l, "ok  ") || strings.HasPrefix(l, "?   ") {
+					fmt.Fprint(s.w, l)
+				}
+			}
+			delete(s.buf, key)
+		case "fail":
 			s.failed = true
+			s.flush(key)
 		}
 	case e.Action == "output":
 		s.buf[key] = append(s.buf[key], e.Output)

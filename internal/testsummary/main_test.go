@@ -9,6 +9,7 @@ import (
 // a message, a skipped subtest and a failure; a package without tests; a
 // package that does not build.
 const stream = `{"Action":"start","Package":"a"}
+{"Action":"output","Package":"a","Output":"TestMain of a failing package\n"}
 {"Action":"run","Package":"a","Test":"TestPass"}
 {"Action":"output","Package":"a","Test":"TestPass","Output":"=== RUN   TestPass\n"}
 {"Action":"output","Package":"a","Test":"TestPass","Output":"    a_test.go:5: chatter of a passing test\n"}
@@ -30,9 +31,12 @@ const stream = `{"Action":"start","Package":"a"}
 {"Action":"output","Package":"a","Output":"FAIL\n"}
 {"Action":"output","Package":"a","Output":"FAIL\ta\t0.01s\n"}
 {"Action":"fail","Package":"a"}
+{"Action":"output","Package":"b","Output":"a line TestMain wrote\n"}
 {"Action":"output","Package":"b","Output":"PASS\n"}
 {"Action":"output","Package":"b","Output":"ok  \tb\t0.02s\n"}
 {"Action":"pass","Package":"b"}
+{"Action":"output","Package":"d","Output":"?   \td\t[no test files]\n"}
+{"Action":"skip","Package":"d"}
 {"ImportPath":"c [c.test]","Action":"build-output","Output":"c/c_test.go:3:1: syntax error\n"}
 {"ImportPath":"c [c.test]","Action":"build-fail"}
 go: a message of go test itself
@@ -47,9 +51,11 @@ func TestSummary(t *testing.T) {
 	s.printSkips()
 	want := `    a_test.go:12: got 1, want 2
 --- FAIL: TestBroken (0.00s)
+TestMain of a failing package
 FAIL
 FAIL	a	0.01s
 ok  	b	0.02s
+?   	d	[no test files]
 c/c_test.go:3:1: syntax error
 go: a message of go test itself
 
