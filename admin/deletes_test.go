@@ -80,12 +80,27 @@ func TestDeleteUserAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pr, err := e.st.CreateProject(store.NewProject{Name: "app", NamespaceID: e.group.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.AddProjectMember(pr.ID, dev.ID, store.Developer, nil, owner.ID); err != nil {
+		t.Fatal(err)
+	}
 	path := func(id int64) string { return fmt.Sprintf("/api/v4/users/%d", id) }
 	e.do(http.MethodDelete, path(dev.ID), "owner").want(t, http.StatusForbidden)
 	e.do(http.MethodDelete, path(9999), "root").want(t, http.StatusNotFound)
 
 	e.do(http.MethodDelete, path(dev.ID), "root").want(t, http.StatusNoContent)
 	e.do(http.MethodGet, path(dev.ID), "root").want(t, http.StatusNotFound)
+	// Their joined event stays, by an author who is gone.
+	evs := e.do(http.MethodGet, fmt.Sprintf("/api/v4/projects/%d/events", pr.ID), "root").want(t, http.StatusOK).list(t)
+	if len(evs) != 1 || evs[0]["author_id"] != float64(dev.ID) || evs[0]["author_username"] != "" {
+		t.Fatalf("events after a soft delete: %v", evs)
+	}
+	if _, has := evs[0]["author"]; has {
+		t.Fatalf("an event of a deleted user has an author: %v", evs[0])
+	}
 	e.do(http.MethodGet, "/api/v4/user", "developer").want(t, http.StatusUnauthorized)
 	e.do(http.MethodGet, fmt.Sprintf("/api/v4/groups/%d", e.group.ID), "owner").want(t, http.StatusOK)
 
