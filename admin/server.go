@@ -92,6 +92,11 @@ type Deps struct {
 	// Version is registryd's version, shown by GET /version and /metadata.
 	// Default: "unknown".
 	Version string
+	// Revision is the commit registryd was built from (the Makefile sets
+	// it from git), shown by GET /version and /metadata abbreviated to 11
+	// hex digits. Default: the commit the Go toolchain recorded in the
+	// binary (vcs.revision), else "unknown".
+	Revision string
 }
 
 // Server is the admin HTTP handler.
@@ -113,6 +118,7 @@ type Server struct {
 	cleanup    CleanupRunner    // starts cleanup policy runs; nil when there is none
 	advisories AdvisoryImporter // imports advisory databases; nil when there is none
 	version    string           // registryd's version, for GET /version
+	revision   string           // the commit it was built from, for GET /version
 }
 
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -126,7 +132,7 @@ func New(d Deps) (*Server, error) {
 	s := &Server{
 		opts: d.Options.withDefaults(), st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
 		cleanup: d.Cleanup, advisories: d.Advisories, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
-		version: cmp.Or(d.Version, "unknown"),
+		version: cmp.Or(d.Version, "unknown"), revision: revisionOf(d.Revision),
 	}
 	if s.health == nil {
 		s.health = upstream.NewHealth(upstream.HealthOptions{})

@@ -34,8 +34,8 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 	t.Helper()
 	dir := t.TempDir()
 	var engine kv.DB
-	if testEngine != nil {
-		engine = testEngine(t, dir)
+	if hook := testEngine(t); hook != nil {
+		engine = hook(t, dir)
 	} else {
 		db, err := boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: time.Second})
 		noErr(t, err)
