@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // The real daemon has no clock a test can move, and a policy keeps files at
@@ -34,7 +35,7 @@ func seedOld(t *testing.T, dataDir string, upstream int64, at time.Time, files m
 		t.Fatal(err)
 	}
 	defer st.Close()
-	blobs, err := store.OpenBlobs(dataDir, store.BlobOptions{})
+	blobs, err := blob.Open(dataDir, blob.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func seedOld(t *testing.T, dataDir string, upstream int64, at time.Time, files m
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := blobs.Publish(st, w, dg, store.CacheEntry{UpstreamID: upstream, RelativePath: "/" + path,
+		if _, err := st.Publish(blobs, w, dg, store.CacheEntry{UpstreamID: upstream, RelativePath: "/" + path,
 			ContentType: "application/java-archive", CheckedAt: at}); err != nil {
 			t.Fatal(err)
 		}

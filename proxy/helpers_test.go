@@ -31,6 +31,7 @@ import (
 	"registryd/internal/testclock"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/objects"
 	"registryd/upstream"
 )
@@ -59,8 +60,8 @@ type env struct {
 	t        testing.TB
 	dir      string // the data dir
 	st       *store.Store
-	blobs    *store.Blobs
-	faults   *store.Faults // of blobs, unless they are remote
+	blobs    *blob.Store
+	faults   *blob.Faults // of blobs, unless they are remote
 	srv      *Server
 	clock    *testclock.Clock
 	reg      *prometheus.Registry
@@ -110,13 +111,13 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	faults := &store.Faults{}
-	var blobs *store.Blobs
+	faults := &blob.Faults{}
+	var blobs *blob.Store
 	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go), without faults
 		faults = nil
-		blobs, err = f.(func(string) (*store.Blobs, error))(dir)
+		blobs, err = f.(func(string) (*blob.Store, error))(dir)
 	} else {
-		blobs, err = store.OpenBlobs(dir, store.BlobOptions{Faults: faults})
+		blobs, err = blob.Open(dir, blob.Options{Faults: faults})
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/store/blob"
 	"registryd/store/kv"
 	"registryd/store/kv/boltkv"
 )
@@ -57,7 +58,7 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 func countingBlobEnv(t testing.TB, o Options) (blobEnv, *countingDB) {
 	t.Helper()
 	s, db := openCounting(t, o)
-	b, err := OpenBlobs(t.TempDir(), BlobOptions{})
+	b, err := blob.Open(t.TempDir(), blob.Options{})
 	noErr(t, err)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)

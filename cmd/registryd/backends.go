@@ -10,6 +10,7 @@ import (
 
 	"registryd/config"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/kv"
 	"registryd/store/kv/pgkv"
 	"registryd/store/objects"
@@ -77,15 +78,15 @@ func openObjects(ctx context.Context, cfg config.Config) (objects.Store, error) 
 // openBlobs opens the blob store blobs.backend names: DATA_DIR/blobs, or
 // the bucket with this node's local tier under DATA_DIR. Fills take the
 // cluster-wide lease of a blob through st, so that one node uploads it.
-func openBlobs(ctx context.Context, cfg config.Config, st *store.Store) (*store.Blobs, error) {
+func openBlobs(ctx context.Context, cfg config.Config, st *store.Store) (*blob.Store, error) {
 	if cfg.Blobs.Backend != config.BlobsS3 {
-		return store.OpenBlobs(cfg.Data.Dir, store.BlobOptions{})
+		return blob.Open(cfg.Data.Dir, blob.Options{})
 	}
 	objs, err := openObjects(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return store.OpenBlobsRemote(cfg.Data.Dir, store.RemoteBlobs{
+	return blob.OpenTiered(cfg.Data.Dir, blob.TieredOptions{
 		Objects:         objs,
 		LocalCacheBytes: int64(cfg.Blobs.S3.LocalCacheBytes),
 		Lock:            st.Lease,

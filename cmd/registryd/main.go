@@ -277,7 +277,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
-	sweep, err := blobs.Sweep(st)
+	sweep, err := st.SweepBlobs(blobs)
 	if err != nil {
 		return err
 	}
