@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"registryd/internal/boltstore"
 	"registryd/store"
 	"registryd/store/blob"
 )
@@ -15,7 +16,7 @@ import (
 // TestReadinessReportsTheDisk: a full data volume keeps registryd ready
 // (hits still work, misses are served uncached) and says so in the body.
 func TestReadinessReportsTheDisk(t *testing.T) {
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
+	st, err := boltstore.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/boltstore"
 	"registryd/store"
 	"registryd/store/blob"
 )
@@ -30,7 +31,7 @@ func seedOld(t *testing.T, dataDir string, upstream int64, at time.Time, files m
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(dataDir, store.Options{SecretKey: key, Now: func() time.Time { return at }})
+	st, err := boltstore.Open(dataDir, store.Options{SecretKey: key, Now: func() time.Time { return at }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
+	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/maven"
 	"registryd/store"
@@ -96,7 +97,7 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 	}
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	so.SecretKey, so.Now = testSecretKey, clock.Now
-	st, err := store.Open(dir, so)
+	st, err := boltstore.Open(dir, so)
 	if err != nil {
 		t.Fatal(err)
 	}

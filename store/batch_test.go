@@ -47,7 +47,7 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 	if o.Now == nil {
 		o.Now = newClock().Now
 	}
-	s, err := Open(dir, o)
+	s, err := Open(o)
 	noErr(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s, c

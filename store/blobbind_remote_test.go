@@ -34,7 +34,9 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 	obj := srv.NewObjects(t, "registryd")
 	// The orphan grace is measured against the object store's clock.
 	c := testclock.New(time.Now().UTC())
-	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: c.Now})
+	db, err := boltAt(t.TempDir(), time.Second)
+	noErr(t, err)
+	s, err := Open(Options{SecretKey: testKey, Now: c.Now, Engine: db})
 	noErr(t, err)
 	t.Cleanup(func() { s.Close() })
 	g := topGroup(t, s, "acme")

@@ -192,7 +192,7 @@ func TestPurgeCrashBetweenBatches(t *testing.T) {
 	crash := filepath.Join(t.TempDir(), "crash")
 	noErr(t, s.db.(*boltkv.DB).CopyFile(filepath.Join(mkdir(t, crash), "registry.db")))
 
-	r, err := Open(crash, Options{SecretKey: testKey, Now: f.clock.Now})
+	r, err := openAt(t, crash, Options{SecretKey: testKey, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

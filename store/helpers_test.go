@@ -5,12 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"registryd/internal/testclock"
 	"registryd/store/kv"
+	"registryd/store/kv/boltkv"
 )
 
 // testKey seals passwords in tests; otherKey is a different installation's key.
@@ -25,7 +28,7 @@ func newClock() *testclock.Clock {
 }
 
 // testEngine, when set, is the kv engine the store tests run on; nil runs
-// them on bbolt (Open's default, DIR/registry.db). A file of the test
+// them on bbolt (boltAt: DIR/registry.db, as cmd opens it). A file of the test
 // binary that selects another engine (from an environment variable) sets it
 // in an init function. Contract:
 //
@@ -47,10 +50,27 @@ var testEngine func(t testing.TB, dir string) kv.DB
 // every test that opens a store goes through it.
 func openAt(t testing.TB, dir string, o Options) (*Store, error) {
 	t.Helper()
-	if testEngine != nil && o.Engine == nil {
-		o.Engine = testEngine(t, dir)
+	if o.Engine == nil {
+		if testEngine != nil {
+			o.Engine = testEngine(t, dir)
+		} else {
+			db, err := boltAt(dir, time.Second)
+			if err != nil {
+				return nil, err
+			}
+			o.Engine = db
+		}
 	}
-	return Open(dir, o)
+	return Open(o)
+}
+
+// boltAt opens the bbolt engine of data dir dir, DIR/registry.db, creating
+// dir when needed, waiting at most timeout for another process's lock.
+func boltAt(dir string, timeout time.Duration) (*boltkv.DB, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	return boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: timeout})
 }
 
 // boltOnly skips t when the tests run on another engine, saying why.
