@@ -31,7 +31,7 @@ import (
 // the bytes already written stay readable from the flight's descriptor of
 // the temp file (its name is removed at once, so nothing is left in
 // DATA_DIR/tmp; its blocks go when the last reader closes it), the digests
-// computed so far go on with the rest (BlobWriter.Detach), and the rest of
+// computed so far go on with the rest (blob.Writer.Detach), and the rest of
 // the body goes to memory.
 //
 // The memory is a window, not the whole body: pieces of spillChunk bytes,

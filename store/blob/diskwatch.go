@@ -229,7 +229,7 @@ func (b *Disk) NoteDiskFull() {
 }
 
 // Faults stand in for a full data volume, for tests that cannot fill a
-// real one (store's, and the proxy's disk-full tests): the volume's figures
+// real one (blob's, and the proxy's disk-full tests): the volume's figures
 // are what the test says, and writes to temp files fail as on a full
 // volume. A test gives one to Open (Options.Faults) and changes it
 // as it goes; nothing else makes one. One Faults serves one Store.
