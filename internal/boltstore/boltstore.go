@@ -18,11 +18,11 @@ import (
 // file before failing.
 const lockTimeout = time.Second
 
-// Open opens (creating when needed) the index DIR/registry.db with o;
-// o.Engine must be nil.
+// Open opens (creating when needed) the index DIR/registry.db with o, or,
+// when o.Engine is set (a test's PostgreSQL), the index on it.
 func Open(dir string, o store.Options) (*store.Store, error) {
 	if o.Engine != nil {
-		return nil, fmt.Errorf("boltstore: an engine was given")
+		return store.Open(o)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: %w", err)

@@ -135,16 +135,13 @@ func OpenTiered(dataDir string, o TieredOptions) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := newTiered(d, NewBucket(o.Objects), o.LocalCacheBytes)
+	t := newTiered(d, newBucket(o.Objects), o.LocalCacheBytes)
 	s := &Store{disk: d, tier: t, tiered: t, clusterLock: o.Lock, grace: o.OrphanGrace}
 	if s.grace <= 0 {
 		s.grace = defaultOrphanGrace
 	}
 	return s, nil
 }
-
-// Disk is the node's data volume tier.
-func (s *Store) Disk() *Disk { return s.disk }
 
 // Create starts a new blob in DATA_DIR/tmp.
 func (s *Store) Create() (*Writer, error) { return s.disk.Create() }

@@ -23,8 +23,8 @@ type Bucket struct {
 
 var _ Tier = (*Bucket)(nil)
 
-// NewBucket is the tier on obj.
-func NewBucket(obj objects.Store) *Bucket { return &Bucket{obj: obj} }
+// newBucket is the tier on obj.
+func newBucket(obj objects.Store) *Bucket { return &Bucket{obj: obj} }
 
 // ObjectKey is the object store key of the blob sha.
 func ObjectKey(sha string) string {
