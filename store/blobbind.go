@@ -29,7 +29,7 @@ import (
 // blob is placed (uploaded) before the commit. Objects no entry refers to (a
 // node died between its upload and its commit, or a delete failed during an
 // outage) are deleted by the orphan sweep once older than the blob store's
-// OrphanGrace; Collect runs it every quarter of the grace.
+// OrphanGrace; CollectBlobs runs it every quarter of the grace.
 
 const (
 	// lockTimeout bounds the wait for a digest's lock (the cluster's, over
@@ -106,7 +106,7 @@ func (s *Store) reapLocked(ctx context.Context, b *blob.Store, sha string) (bool
 	return b.Remove(ctx, sha)
 }
 
-// CollectResult is what one Collect batch destroyed.
+// CollectResult is what one CollectBlobs batch destroyed.
 type CollectResult struct {
 	Entries      int   // pending entries destroyed
 	BlobsRemoved int   // blobs removed
