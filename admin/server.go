@@ -21,6 +21,7 @@ import (
 	"registryd/auth"
 	"registryd/internal/redact"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -88,7 +89,7 @@ type Deps struct {
 	Advisories AdvisoryImporter
 	// Disk reports whether fills write to the cache (the data volume has
 	// room), for the body of /-/readiness; nil leaves it out.
-	Disk func() store.DiskStatus
+	Disk func() blob.DiskStatus
 	// Version is registryd's version, shown by GET /version and /metadata.
 	// Default: "unknown".
 	Version string
@@ -108,7 +109,7 @@ type Server struct {
 	health *upstream.Health
 	log    *slog.Logger
 	ready  func() error
-	disk   func() store.DiskStatus
+	disk   func() blob.DiskStatus
 	mux    *http.ServeMux
 	met    *metrics
 

@@ -11,6 +11,7 @@ import (
 	"registryd/internal/clusterjob"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -108,7 +109,7 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 		// Its blob must be readable too: a flight started because the
 		// object was gone finds the same entry again, and must fetch the
 		// file rather than serve the gone object (a 503 for ever).
-		if store.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) &&
+		if blob.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) &&
 			s.blobReadable(ctx, e) {
 			unlock()
 			s.met.filledElsewhere.Inc()

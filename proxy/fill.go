@@ -13,6 +13,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -192,7 +193,7 @@ func (s *Server) fill(f *flight) {
 		return
 	}
 	w, rf, err := temp.take(s)
-	if store.IsDiskFull(err) {
+	if blob.IsDiskFull(err) {
 		s.passThrough(ctx, f, resp, body, exp, nil, nil, diskStageWrite, err)
 		return
 	}
@@ -226,14 +227,14 @@ func (s *Server) fill(f *flight) {
 	// client may hold a complete-looking body that does not match them. A
 	// revalidation answers nothing before its body is verified, the stored
 	// copy being the answer until then. Otherwise the clients finish at
-	// once and the hashing (usually done by now, see store.BlobWriter) ends
+	// once and the hashing (usually done by now, see blob.Writer) ends
 	// behind them.
 	verifyFirst := exp.any() || f.reval
-	var d store.Digests
+	var d blob.Digests
 	var unsynced error // a full disk failed the fsync: the body is whole, but not stored
 	if verifyFirst {
 		d, err = w.Finish()
-		if store.IsDiskFull(err) && d.SHA256 != "" {
+		if blob.IsDiskFull(err) && d.SHA256 != "" {
 			unsynced, err = err, nil
 		}
 		if err == nil {
@@ -275,7 +276,7 @@ func (s *Server) fill(f *flight) {
 	if err != nil {
 		w.Abort()
 		s.storeFailed(f, w.Size(), err)
-		if store.IsDiskFull(err) && d.SHA256 != "" {
+		if blob.IsDiskFull(err) && d.SHA256 != "" {
 			entry, err = f.uncachedEntry(d), errNotCached
 		}
 	} else {
@@ -288,10 +289,10 @@ func (s *Server) fill(f *flight) {
 // stored (too many stores wait, pendingstores.go): the temp file goes, and
 // the flight ends uncached with the body's digests, hashed here when hash
 // says they are not known yet.
-func (s *Server) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash bool) {
+func (s *Server) notStored(f *flight, w *blob.Writer, d blob.Digests, hash bool) {
 	if hash {
 		if sums, err := w.Detach(); err == nil {
-			d = store.SumHashes(sums, w.Size())
+			d = blob.SumHashes(sums, w.Size())
 			f.setDigests(d)
 		}
 	}
@@ -301,9 +302,9 @@ func (s *Server) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash
 
 // publish makes the verified body of f the cache entry of its upstream and
 // path.
-func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
+func (s *Server) publish(f *flight, w *blob.Writer, d blob.Digests, etag string) (store.CacheEntry, error) {
 	s.marks.forget(f.up.id, f.key.rel)
-	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
+	return s.st.Publish(s.blobs, w, d, store.CacheEntry{
 		UpstreamID:   f.up.id,
 		RelativePath: f.relSlash,
 		ContentType:  f.ctype,
@@ -314,7 +315,7 @@ func (s *Server) publish(f *flight, w *store.BlobWriter, d store.Digests, etag s
 
 func (s *Server) storeFailed(f *flight, size int64, err error) {
 	s.met.storeErrors.Inc()
-	if store.IsDiskFull(err) {
+	if blob.IsDiskFull(err) {
 		s.diskFull(diskStageStore, f, err)
 		return
 	}
@@ -431,7 +432,7 @@ func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
 // failure there is logged and counted, and caches nothing.
 func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
 	var err error
-	var d store.Digests
+	var d blob.Digests
 	switch {
 	case len(body) == 0 && maven.Binary(f.key.rel):
 		err = &refusedError{label: refusedEmpty, reason: "answered an empty body for a binary file"}
@@ -490,7 +491,7 @@ func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 	}
 	if err != nil {
 		s.storeFailed(f, int64(len(body)), err)
-		if store.IsDiskFull(err) {
+		if blob.IsDiskFull(err) {
 			entry, err = f.uncachedEntry(hashAll(body)), errNotCached
 		}
 	} else {
@@ -524,7 +525,7 @@ func (f *flight) countSent() {
 // that brings no body drops it.
 type pendingTemp struct {
 	done  chan struct{}
-	w     *store.BlobWriter
+	w     *blob.Writer
 	rf    *os.File
 	err   error
 	taken bool
@@ -539,7 +540,7 @@ func (s *Server) prepareTemp() *pendingTemp {
 	return t
 }
 
-func (s *Server) createTemp() (*store.BlobWriter, *os.File, error) {
+func (s *Server) createTemp() (*blob.Writer, *os.File, error) {
 	w, err := s.blobs.Create()
 	if err != nil {
 		return nil, nil, err
@@ -554,7 +555,7 @@ func (s *Server) createTemp() (*store.BlobWriter, *os.File, error) {
 
 // take returns the prepared temp file, waiting for it, or creates one when
 // none was prepared (t is nil).
-func (t *pendingTemp) take(s *Server) (*store.BlobWriter, *os.File, error) {
+func (t *pendingTemp) take(s *Server) (*blob.Writer, *os.File, error) {
 	if t == nil {
 		return s.createTemp()
 	}
@@ -584,7 +585,7 @@ func (s *Server) failBeforeStream(f *flight, err error) {
 
 // copyBody copies the body to the blob writer, publishing progress, and
 // checks that it ended cleanly with the announced length.
-func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error {
+func (s *Server) copyBody(f *flight, body io.Reader, w *blob.Writer) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -595,7 +596,7 @@ func (s *Server) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error 
 				return f.tooLarge
 			}
 			if m, err := w.Write(buf[:n]); err != nil {
-				if store.IsDiskFull(err) {
+				if blob.IsDiskFull(err) {
 					return &diskFullError{err: err, rest: bytes.Clone(buf[m:n])}
 				}
 				return err

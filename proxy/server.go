@@ -34,6 +34,7 @@ import (
 	"registryd/auth"
 	"registryd/internal/redact"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -52,7 +53,7 @@ type Deps struct {
 	// Options are the proxy's settings; zero fields take their defaults.
 	Options  Options
 	Store    *store.Store
-	Blobs    *store.Blobs
+	Blobs    *blob.Store
 	Auth     *auth.Service
 	Upstream Fetcher
 	Logger   *slog.Logger
@@ -85,7 +86,7 @@ const (
 type Server struct {
 	opts     Options // with their defaults
 	st       *store.Store
-	blobs    *store.Blobs
+	blobs    *blob.Store
 	auth     *auth.Service
 	up       Fetcher
 	log      *slog.Logger
@@ -245,7 +246,7 @@ func New(d Deps) (*Server, error) {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	// No new file below the free mark: eviction makes room, fills do not
-	// refill it at once (store.Blobs.SetMinFree).
+	// refill it at once (blob.Store.SetMinFree).
 	d.Blobs.SetMinFree(o.Cache.MinFreeFraction)
 	if s.stores, err = newPendingStores(o.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"registryd/internal/testclock"
 	"registryd/store/kv"
+	"registryd/store/kv/boltkv"
 )
 
 // testKey seals passwords in tests; otherKey is a different installation's key.
@@ -26,7 +28,7 @@ func newClock() *testclock.Clock {
 }
 
 // testEngines are the kv engines the store tests can run on besides bbolt
-// (Open's default, DIR/registry.db), by the value of REGISTRYD_TEST_STORE
+// (boltAt: DIR/registry.db, as cmd opens it), by the value of REGISTRYD_TEST_STORE
 // that selects them; a file of the test binary registers its engine in an
 // init function. Contract of a hook:
 //
@@ -68,10 +70,27 @@ func testEngine(t testing.TB) func(t testing.TB, dir string) kv.DB {
 // every test that opens a store goes through it.
 func openAt(t testing.TB, dir string, o Options) (*Store, error) {
 	t.Helper()
-	if engine := testEngine(t); engine != nil && o.Engine == nil {
-		o.Engine = engine(t, dir)
+	if o.Engine == nil {
+		if engine := testEngine(t); engine != nil {
+			o.Engine = engine(t, dir)
+		} else {
+			db, err := boltAt(dir, time.Second)
+			if err != nil {
+				return nil, err
+			}
+			o.Engine = db
+		}
 	}
-	return Open(dir, o)
+	return Open(o)
+}
+
+// boltAt opens the bbolt engine of data dir dir, DIR/registry.db, creating
+// dir when needed, waiting at most timeout for another process's lock.
+func boltAt(dir string, timeout time.Duration) (*boltkv.DB, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	return boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: timeout})
 }
 
 // boltOnly skips t when the tests run on another engine, saying why.

@@ -242,12 +242,12 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		return err
 	}
 	var probe *dbProbe
-	if engine != nil {
-		// The store owns the engine from here: its Close, or a failed
-		// Open, closes it.
+	if cfg.Store.Backend == config.StorePostgres {
 		probe = newDBProbe(engine)
 	}
-	st, err := openStore(cfg.Data.Dir, key, engine, cfg.Store)
+	// The store owns the engine from here: its Close, or a failed Open,
+	// closes it.
+	st, err := openStore(key, engine, cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
-	sweep, err := blobs.Sweep(st)
+	sweep, err := st.SweepBlobs(blobs)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,11 @@ func TestRootTokenSource(t *testing.T) {
 		cfg := config.Default()
 		cfg.Data.Dir = t.TempDir()
 		cfg.Root.Token = token
-		st, err := openStore(cfg.Data.Dir, bytes.Repeat([]byte{1}, 32), nil, cfg.Store)
+		engine, err := openBolt(cfg.Data.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := openStore(bytes.Repeat([]byte{1}, 32), engine, cfg.Store)
 		if err != nil {
 			t.Fatal(err)
 		}
