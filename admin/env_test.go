@@ -12,6 +12,7 @@ import (
 
 	"registryd/advisories"
 	"registryd/auth"
+	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/osv"
 	"registryd/store"
@@ -38,7 +39,7 @@ func newTestServer(t *testing.T, rootToken string, mutate func(*serverOptions)) 
 func newTestServerIn(t *testing.T, dir, rootToken string, mutate func(*serverOptions)) (*store.Store, *Server, *testclock.Clock) {
 	t.Helper()
 	clock := testclock.New(time.Date(2026, 11, 21, 10, 4, 5, 123e6, time.UTC))
-	st, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now, Matcher: osv.Matcher{}})
+	st, err := boltstore.Open(dir, store.Options{SecretKey: make([]byte, 32), Now: clock.Now, Matcher: osv.Matcher{}})
 	if err != nil {
 		t.Fatal(err)
 	}

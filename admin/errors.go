@@ -12,6 +12,7 @@ import (
 	"registryd/eventimport"
 	"registryd/sbom"
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // httpError is an error that already knows its status and GitLab body.
@@ -52,7 +53,7 @@ var (
 	errRouteNotFound = &httpError{status: http.StatusNotFound, body: map[string]any{"error": "404 Not Found"}}
 	errTooLarge      = message(http.StatusRequestEntityTooLarge, "413 Request Entity Too Large")
 	// errInsufficientStorage answers a write that failed because the data
-	// volume is full (store.IsDiskFull): nothing was changed.
+	// volume is full (blob.IsDiskFull): nothing was changed.
 	errInsufficientStorage = message(http.StatusInsufficientStorage, "507 Insufficient Storage - the data volume is full")
 )
 
@@ -96,7 +97,7 @@ func toHTTP(err error) *httpError {
 		// The index's database is down or unreachable (a cluster node):
 		// retry later; nothing was changed.
 		return message(http.StatusServiceUnavailable, "503 Service Unavailable - the index database is unavailable")
-	case store.IsDiskFull(err):
+	case blob.IsDiskFull(err):
 		// A write that the data volume could not take (an index commit,
 		// mostly): the admin's to fix, not a bug of ours.
 		return errInsufficientStorage

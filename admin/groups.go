@@ -14,6 +14,7 @@ func (s *Server) routesGroups() {
 	s.handle(http.MethodPost, "/api/v4/groups", s.createGroup)
 	s.handle(http.MethodGet, "/api/v4/groups", s.listGroups)
 	s.handle(http.MethodGet, "/api/v4/groups/{id}", s.getGroup)
+	s.handle(http.MethodDelete, "/api/v4/groups/{id}", s.deleteGroup)
 }
 
 type groupView struct {
@@ -219,5 +220,43 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, s.groupView(g))
+	return nil
+}
+
+// accepted is GitLab's answer to a deletion it carries out in the
+// background (groups, projects): 202 {"message": "202 Accepted"}. registryd
+// has already done it when it answers.
+func accepted(w http.ResponseWriter) {
+	writeJSON(w, http.StatusAccepted, map[string]any{"message": "202 Accepted"})
+}
+
+// deleteGroup answers DELETE /groups/:id as GitLab does (owners and admins;
+// 202), deleting at once what GitLab deletes in the background: the group,
+// its subgroups and everything in them (store.DeleteGroup; docs/api.md,
+// "Deleting groups, projects and users"). GitLab's permanently_remove and
+// full_path are accepted: the deletion is always immediate and permanent.
+func (s *Server) deleteGroup(w http.ResponseWriter, r *http.Request) error {
+	p, in, err := authParams(r, s.authenticate)
+	if err != nil {
+		return err
+	}
+	in.boolean("permanently_remove")
+	in.str("full_path")
+	if err := in.err(); err != nil {
+		return err
+	}
+	g, err := s.visibleGroup(r, p)
+	if err != nil {
+		return err
+	}
+	if s.auth.GroupLevel(p, g.ID) < store.Owner {
+		return errForbidden
+	}
+	d, err := s.st.DeleteGroup(g.ID)
+	if err != nil {
+		return err
+	}
+	s.forgetGone(d.Upstreams...)
+	accepted(w)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"registryd/internal/boltstore"
 	"registryd/store"
 )
 
@@ -19,7 +20,7 @@ import (
 // other fields, and a registry of its own unless d has one.
 func bareServer(t *testing.T, d Deps) *Server {
 	t.Helper()
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
+	st, err := boltstore.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,35 @@ func (s *Server) routesProjects() {
 	s.handle(http.MethodPost, "/api/v4/projects", s.createProject)
 	s.handle(http.MethodGet, "/api/v4/projects", s.listProjects)
 	s.handle(http.MethodGet, "/api/v4/projects/{id}", s.getProject)
+	s.handle(http.MethodDelete, "/api/v4/projects/{id}", s.deleteProject)
+}
+
+// deleteProject answers DELETE /projects/:id as GitLab does (owners, through
+// the project or its groups, and admins; 202), deleting the project, its
+// memberships, dependency list and events at once (store.DeleteProject).
+// GitLab's permanently_remove and full_path are accepted, as for groups.
+func (s *Server) deleteProject(w http.ResponseWriter, r *http.Request) error {
+	p, in, err := authParams(r, s.authenticate)
+	if err != nil {
+		return err
+	}
+	in.boolean("permanently_remove")
+	in.str("full_path")
+	if err := in.err(); err != nil {
+		return err
+	}
+	pr, err := s.visibleProject(r, p)
+	if err != nil {
+		return err
+	}
+	if s.auth.ProjectLevel(p, pr.ID) < store.Owner {
+		return errForbidden
+	}
+	if err := s.st.DeleteProject(pr.ID); err != nil {
+		return err
+	}
+	accepted(w)
+	return nil
 }
 
 type projectView struct {

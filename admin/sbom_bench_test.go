@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/auth"
+	"registryd/internal/boltstore"
 	"registryd/sbom/sbomtest"
 	"registryd/store"
 )
@@ -28,7 +29,7 @@ import (
 // root token that may upload to it.
 func sbomServer(tb testing.TB, mutate func(*Options)) (srv *Server, path string, token string) {
 	tb.Helper()
-	st, err := store.Open(tb.TempDir(), store.Options{SecretKey: make([]byte, 32)})
+	st, err := boltstore.Open(tb.TempDir(), store.Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"registryd/auth"
 	"registryd/internal/redact"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -88,10 +89,15 @@ type Deps struct {
 	Advisories AdvisoryImporter
 	// Disk reports whether fills write to the cache (the data volume has
 	// room), for the body of /-/readiness; nil leaves it out.
-	Disk func() store.DiskStatus
+	Disk func() blob.DiskStatus
 	// Version is registryd's version, shown by GET /version and /metadata.
 	// Default: "unknown".
 	Version string
+	// Revision is the commit registryd was built from (the Makefile sets
+	// it from git), shown by GET /version and /metadata abbreviated to 11
+	// hex digits. Default: the commit the Go toolchain recorded in the
+	// binary (vcs.revision), else "unknown".
+	Revision string
 }
 
 // Server is the admin HTTP handler.
@@ -103,7 +109,7 @@ type Server struct {
 	health *upstream.Health
 	log    *slog.Logger
 	ready  func() error
-	disk   func() store.DiskStatus
+	disk   func() blob.DiskStatus
 	mux    *http.ServeMux
 	met    *metrics
 
@@ -113,6 +119,7 @@ type Server struct {
 	cleanup    CleanupRunner    // starts cleanup policy runs; nil when there is none
 	advisories AdvisoryImporter // imports advisory databases; nil when there is none
 	version    string           // registryd's version, for GET /version
+	revision   string           // the commit it was built from, for GET /version
 }
 
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -126,7 +133,7 @@ func New(d Deps) (*Server, error) {
 	s := &Server{
 		opts: d.Options.withDefaults(), st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
 		cleanup: d.Cleanup, advisories: d.Advisories, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
-		version: cmp.Or(d.Version, "unknown"),
+		version: cmp.Or(d.Version, "unknown"), revision: revisionOf(d.Revision),
 	}
 	if s.health == nil {
 		s.health = upstream.NewHealth(upstream.HealthOptions{})

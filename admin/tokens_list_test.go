@@ -149,3 +149,28 @@ func TestVersionAndMetadata(t *testing.T) {
 		t.Fatalf("no version given: %v", m)
 	}
 }
+
+// TestVersionRevision: GET /version shows the revision registryd was given
+// (the Makefile's, from git) abbreviated to 11 hex digits; one that is not
+// a commit id falls back to the binary's own record, else "unknown".
+func TestVersionRevision(t *testing.T) {
+	for given, want := range map[string]string{
+		"3f9c2a1b7d0": "3f9c2a1b7d0",
+		"3f9c2a1b7d04e5f60718293a4b5c6d7e8f901234": "3f9c2a1b7d0",
+	} {
+		if got := revisionOf(given); got != want {
+			t.Errorf("revisionOf(%q) = %q, want %q", given, got, want)
+		}
+	}
+	// Not a commit id: whatever the test binary recorded, or unknown.
+	for _, given := range []string{"", "abc", "not-a-commit-id", "3F9C2A1B7D0"} {
+		if got := revisionOf(given); got != revisionOf("") || (got != "unknown" && len(got) != 11) {
+			t.Errorf("revisionOf(%q) = %q", given, got)
+		}
+	}
+	e := newListEnv(t, func(o *serverOptions) {})
+	e.srv.revision = revisionOf("0123456789abcdef")
+	if m := object(t, e.get("/api/v4/version", "root").want(t, 200)); m["revision"] != "0123456789a" {
+		t.Fatalf("revision: %v", m)
+	}
+}

@@ -12,6 +12,7 @@ func (s *Server) routesUsers() {
 	s.handle(http.MethodPost, "/api/v4/users", s.createUser)
 	s.handle(http.MethodGet, "/api/v4/users", s.listUsers)
 	s.handle(http.MethodGet, "/api/v4/users/{id}", s.getUser)
+	s.handle(http.MethodDelete, "/api/v4/users/{id}", s.deleteUser)
 	s.handle(http.MethodGet, "/api/v4/user", s.currentUser)
 }
 
@@ -117,5 +118,31 @@ func (s *Server) currentUser(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, s.userView(p.User, p))
+	return nil
+}
+
+// deleteUser answers DELETE /users/:id as GitLab does: admins only, 204. A
+// user who is the only direct owner of a group is refused with 409 unless
+// hard_delete is true, which deletes those groups and the user's events too
+// (store.DeleteUser). registryd also refuses (409) the last administrator.
+func (s *Server) deleteUser(w http.ResponseWriter, r *http.Request) error {
+	_, in, err := authParams(r, s.requireAdmin)
+	if err != nil {
+		return err
+	}
+	hard := deref(in.boolean("hard_delete"))
+	if err := in.err(); err != nil {
+		return err
+	}
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	d, err := s.st.DeleteUser(id, hard)
+	if err != nil {
+		return err
+	}
+	s.forgetGone(d.Upstreams...)
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"net/http"
 	"runtime/debug"
+	"strings"
 
 	"registryd/auth"
 )
@@ -38,22 +39,37 @@ func (s *Server) getMetadata(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.authenticateReadUser(r); err != nil {
 		return err
 	}
-	v := metadataView{Version: s.version, Revision: buildRevision(),
+	v := metadataView{Version: s.version, Revision: s.revision,
 		Enterprise: s.auth.Plan().AtLeast(auth.PlanPremium)}
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
-// buildRevision is the abbreviated commit the binary was built from.
-func buildRevision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
+// revisionOf is the revision GET /version shows: given (the Makefile's,
+// from git), else the commit the Go toolchain recorded in the binary, which
+// it does not with -buildvcs=false or in a git worktree, abbreviated to 11
+// hex digits; "unknown" when neither is a commit id.
+func revisionOf(given string) string {
+	if r, ok := abbreviatedCommit(given); ok {
+		return r
 	}
-	for _, kv := range info.Settings {
-		if kv.Key == "vcs.revision" && len(kv.Value) >= 11 {
-			return kv.Value[:11]
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, kv := range info.Settings {
+			if kv.Key == "vcs.revision" {
+				if r, ok := abbreviatedCommit(kv.Value); ok {
+					return r
+				}
+			}
 		}
 	}
 	return "unknown"
+}
+
+// abbreviatedCommit is the first 11 hex digits of a commit id of at least
+// that many.
+func abbreviatedCommit(id string) (string, bool) {
+	if len(id) < 11 || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", false
+	}
+	return id[:11], true
 }

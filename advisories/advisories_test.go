@@ -12,13 +12,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"registryd/internal/boltstore"
 	"registryd/osv"
 	"registryd/store"
 )
 
 func newImporter(t *testing.T, mutate func(*Options)) (*Importer, *store.Store) {
 	t.Helper()
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Matcher: osv.Matcher{}})
+	st, err := boltstore.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Matcher: osv.Matcher{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/boltstore"
 	"registryd/osv"
 	"registryd/sbom/sbomtest"
 	"registryd/store"
@@ -74,7 +75,7 @@ func ecosystemZip(b *testing.B, n, pkgs int) (string, int64) {
 
 func benchStore(b *testing.B) *store.Store {
 	b.Helper()
-	st, err := store.Open(b.TempDir(), store.Options{SecretKey: make([]byte, 32), Matcher: osv.Matcher{}})
+	st, err := boltstore.Open(b.TempDir(), store.Options{SecretKey: make([]byte, 32), Matcher: osv.Matcher{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,13 +5,14 @@ import (
 	"encoding/base64"
 	"testing"
 
+	"registryd/internal/boltstore"
 	"registryd/store"
 )
 
 // BenchmarkAuthenticateBasic is the per-request cost of a build machine's
 // Basic credentials on the download path once the decision is cached.
 func BenchmarkAuthenticateBasic(b *testing.B) {
-	st, err := store.Open(b.TempDir(), store.Options{SecretKey: bytes.Repeat([]byte{1}, 32)})
+	st, err := boltstore.Open(b.TempDir(), store.Options{SecretKey: bytes.Repeat([]byte{1}, 32)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -28,7 +29,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	clk := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: bytes.Repeat([]byte{1}, 32), Now: clk.Now})
+	st, err := boltstore.Open(t.TempDir(), store.Options{SecretKey: bytes.Repeat([]byte{1}, 32), Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"registryd/config"
+	"registryd/internal/boltstore"
 	"registryd/store"
 )
 
@@ -349,7 +350,7 @@ func seedPurge(dataDir string, upstream int64, n int) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(dataDir, store.Options{SecretKey: key})
+	st, err := boltstore.Open(dataDir, store.Options{SecretKey: key})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"registryd/config"
+	"registryd/internal/boltstore"
 	"registryd/store"
 )
 
@@ -87,7 +88,7 @@ func fillIndex(dataDir string, upstream int64, n int) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(dataDir, store.Options{SecretKey: key})
+	st, err := boltstore.Open(dataDir, store.Options{SecretKey: key})
 	if err != nil {
 		return err
 	}

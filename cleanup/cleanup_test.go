@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/store"
 )
@@ -51,7 +52,7 @@ func rel(i int) string { return fmt.Sprintf("/org/example/lib%d/1.0/lib%d-1.0.ja
 func newEnv(t *testing.T, n int) *env {
 	t.Helper()
 	c := testclock.New(time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC))
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: c.Now})
+	st, err := boltstore.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +586,7 @@ func TestPolicyDeletedDuringRun(t *testing.T) {
 // and never see a missing entry.
 func TestHitsUnharmedDuringLargeRun(t *testing.T) {
 	c := testclock.New(time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC))
-	st, err := store.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: c.Now})
+	st, err := boltstore.Open(t.TempDir(), store.Options{SecretKey: make([]byte, 32), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

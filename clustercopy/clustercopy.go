@@ -22,12 +22,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"registryd/store"
 	"sort"
 	"strings"
 	"sync"
 
+	"registryd/store/blob"
 	"registryd/store/kv"
 )
 
@@ -529,10 +528,10 @@ func verify(ctx context.Context, o Options, r *Result, logf func(string, ...any)
 	}
 	before := len(r.Mismatches)
 	for _, b := range local {
-		size, ok := remote[store.ObjectKey(b.sha)]
+		size, ok := remote[blob.ObjectKey(b.sha)]
 		switch {
 		case !ok:
-			r.Mismatches = append(r.Mismatches, fmt.Sprintf("blob %s: no object %s", b.sha, store.ObjectKey(b.sha)))
+			r.Mismatches = append(r.Mismatches, fmt.Sprintf("blob %s: no object %s", b.sha, blob.ObjectKey(b.sha)))
 		case size != b.size:
 			r.Mismatches = append(r.Mismatches, fmt.Sprintf("blob %s: the object has %d bytes, the file %d", b.sha, size, b.size))
 		}
@@ -606,7 +605,7 @@ func copyBlobs(ctx context.Context, o Options, r *Result, logf func(string, ...a
 	r.BlobsTotal = len(local)
 	var todo []localBlob
 	for _, b := range local {
-		if size, ok := remote[store.ObjectKey(b.sha)]; ok && size == b.size {
+		if size, ok := remote[blob.ObjectKey(b.sha)]; ok && size == b.size {
 			r.BlobsSkipped++
 			continue
 		}
@@ -670,7 +669,7 @@ func uploadBlob(ctx context.Context, o Options, b localBlob) error {
 	if b.size == 0 {
 		hr.check()
 	}
-	if err := o.Objects.Put(ctx, store.ObjectKey(b.sha), hr, b.size); err != nil {
+	if err := o.Objects.Put(ctx, blob.ObjectKey(b.sha), hr, b.size); err != nil {
 		if hr.bad != nil {
 			return hr.bad
 		}
@@ -684,7 +683,7 @@ func uploadBlob(ctx context.Context, o Options, b localBlob) error {
 	default:
 		return nil
 	}
-	if derr := o.Objects.Delete(ctx, store.ObjectKey(b.sha)); derr != nil {
+	if derr := o.Objects.Delete(ctx, blob.ObjectKey(b.sha)); derr != nil {
 		return fmt.Errorf("%w (and deleting the object failed: %v)", err, derr)
 	}
 	return err

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/kv"
 )
 
@@ -118,8 +118,8 @@ func TestMigrateCopiesAndVerifies(t *testing.T) {
 	objs := newMemObjects()
 	// One blob already in the bucket with its size (skipped), one with
 	// another size (uploaded again).
-	objs.objs[store.ObjectKey(shas[0])] = make([]byte, 1000)
-	objs.objs[store.ObjectKey(shas[1])] = []byte("short")
+	objs.objs[blob.ObjectKey(shas[0])] = make([]byte, 1000)
+	objs.objs[blob.ObjectKey(shas[1])] = []byte("short")
 	var log bytes.Buffer
 	r, err := Run(context.Background(), Options{Source: src, Dest: dst, BlobDir: dir, Objects: objs, BatchKeys: 3, Log: &log})
 	if err != nil {
@@ -137,7 +137,7 @@ func TestMigrateCopiesAndVerifies(t *testing.T) {
 		t.Errorf("sums differ:\n%v\n%v", s, d)
 	}
 	for _, sha := range shas[1:] { // shas[0]'s object had the right size: not read again
-		got := objs.objs[store.ObjectKey(sha)]
+		got := objs.objs[blob.ObjectKey(sha)]
 		if sum := sha256.Sum256(got); hex.EncodeToString(sum[:]) != sha {
 			t.Errorf("object %s has the wrong bytes", sha)
 		}
@@ -157,7 +157,7 @@ func TestMigrateCopiesAndVerifies(t *testing.T) {
 
 	// A difference is found and named.
 	put(t, dst, "cache_entries", "k004", "tampered")
-	delete(objs.objs, store.ObjectKey(shas[2]))
+	delete(objs.objs, blob.ObjectKey(shas[2]))
 	r, err = Run(context.Background(), Options{Source: src, Dest: dst, BlobDir: dir, Objects: objs, Uploads: 1})
 	// The missing blob is uploaded again (blobs are always brought up to
 	// date); the tampered value is reported.
@@ -249,7 +249,7 @@ func TestMigrateRefusesACorruptBlob(t *testing.T) {
 	if !errors.Is(err, ErrCorruptBlob) || !strings.Contains(err.Error(), shas[1]) {
 		t.Fatalf("corrupt blob: %v", err)
 	}
-	if _, ok := objs.objs[store.ObjectKey(shas[1])]; ok {
+	if _, ok := objs.objs[blob.ObjectKey(shas[1])]; ok {
 		t.Error("the corrupt blob was stored")
 	}
 }

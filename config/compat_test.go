@@ -272,7 +272,7 @@ func FuzzLoadYAML(f *testing.F) {
 			return
 		}
 		got := Default()
-		p, err := applyYAML(&got, "f.yaml", []byte(raw)) // must not panic
+		p, err := applyYAML(&got, "f.yaml", []byte(raw), nil) // must not panic
 		want, werr := decodeV3(raw)
 		if werr != nil || strings.Contains(raw, "!!binary") {
 			return // refused before (the walk may be kinder), or base64 strings

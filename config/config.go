@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -501,32 +502,70 @@ func Default() Config {
 func Load(path string, environ []string) (Config, error) {
 	cfg := Default()
 	var all Problems
+	origin := map[string]string{} // setting -> "file:line" or the variable that set it
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return cfg, fmt.Errorf("config: %w", err)
 		}
-		p, err := applyYAML(&cfg, path, raw)
+		p, err := applyYAML(&cfg, path, raw, origin)
 		if err != nil {
 			return cfg, fmt.Errorf("config: %w", err)
 		}
 		all = append(all, p...)
 	}
 	var p Problems
-	if err := applyEnv(&cfg, environ); errors.As(err, &p) {
+	if err := applyEnv(&cfg, environ, origin); errors.As(err, &p) {
 		all = append(all, p...)
 	}
 	if cfg.External.URL == "" {
 		cfg.External.URL = ExternalURLFor(cfg.Admin.Listen)
 	}
 	if err := cfg.Validate(); errors.As(err, &p) {
-		all = append(all, p...)
+		for _, problem := range p {
+			all = append(all, locate(problem, origin))
+		}
 	}
 	if len(all) > 0 {
 		return cfg, all
 	}
 	return cfg, nil
 }
+
+// problemKey is the setting a problem of Validate begins with, and the
+// variable it names after it, if any: `proxy.listen (REGISTRYD_PROXY_LISTEN): ...`.
+var problemKey = regexp.MustCompile(`^([a-z0-9_]+(?:\.[a-z0-9_]+)+)(?: \((REGISTRYD_[A-Z0-9_]+)\))?`)
+
+// locate rewrites a problem of Validate about a value from the file to say
+// so, by origin (setting -> "file:line" or variable name): it begins with
+// the file's "file:line: " and loses the variable's name, which the
+// operator did not use. A problem about a value from a variable or a
+// default is left as Validate wrote it; one whose first setting has its
+// default but which names another from the file gets that one's line.
+func locate(problem string, origin map[string]string) string {
+	m := problemKey.FindStringSubmatchIndex(problem)
+	if m == nil {
+		return problem
+	}
+	key, rest := problem[m[2]:m[3]], problem[m[1]:]
+	if from, ok := origin[key]; ok {
+		if strings.HasPrefix(from, "REGISTRYD_") {
+			return problem
+		}
+		return from + ": " + key + rest
+	}
+	// A problem of two settings (max_merging_bytes and max_document_bytes)
+	// whose first is not the file's: the line of another one it names.
+	for _, other := range settingName.FindAllString(rest, -1) {
+		if from, ok := origin[other]; ok && !strings.HasPrefix(from, "REGISTRYD_") {
+			return from + ": " + problem
+		}
+	}
+	return problem
+}
+
+// settingName is a setting's name in a problem's text.
+var settingName = regexp.MustCompile(`\b[a-z0-9_]+(?:\.[a-z0-9_]+)+\b`)
 
 // Problems lists every validation failure of a Config.
 type Problems []string

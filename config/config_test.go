@@ -237,8 +237,35 @@ func TestEnvOverrides(t *testing.T) {
 			"REGISTRYD_LICENSE_PLAN=gold",
 		})
 		wantProblems(t, err, `log: unknown setting "colour"`, "REGISTRYD_NOPE is not a known setting",
-			`license.plan (REGISTRYD_LICENSE_PLAN): "gold"`, `log.level (REGISTRYD_LOG_LEVEL): "loud"`)
+			`license.plan (REGISTRYD_LICENSE_PLAN): "gold"`, `registryd.yaml:2: log.level: "loud"`)
 	})
+}
+
+// TestFileValueProblemsNameTheFile: a value the file sets that Validate
+// refuses is reported at its file:line under its key, without the name of
+// an environment variable the operator did not use; the same value from a
+// variable still names the variable.
+func TestFileValueProblemsNameTheFile(t *testing.T) {
+	path := writeFile(t, "proxy:\n  listen: nocolon\n  concurrency: 0\nlog:\n  level: loud\n  format: xml\nroot:\n  token: short\n")
+	_, err := Load(path, nil)
+	wantProblems(t, err,
+		path+`:2: proxy.listen: "nocolon" is not host:port`,
+		path+":3: proxy.concurrency must be at least 1, got 0",
+		path+`:5: log.level: "loud" must be debug, info, warn or error`,
+		path+`:6: log.format: "xml" must be text or json`,
+		path+":8: root.token must be at least 20 characters")
+	if strings.Contains(err.Error(), "REGISTRYD_") {
+		t.Errorf("a problem of the file names a variable:\n%s", err)
+	}
+
+	// A problem of two settings, the second from the file: its line.
+	path2 := writeFile(t, "metadata:\n  max_document_bytes: 1GiB\n")
+	_, err = Load(path2, nil)
+	wantProblems(t, err, path2+":2: metadata.max_merging_bytes (64MiB) must be at least metadata.max_document_bytes (1GiB)")
+
+	// A variable overrides the file: its problem names the variable.
+	_, err = Load(path, []string{"REGISTRYD_LOG_LEVEL=noisy", "REGISTRYD_PROXY_LISTEN=:8080", "REGISTRYD_PROXY_CONCURRENCY=1024", "REGISTRYD_LOG_FORMAT=text", "REGISTRYD_ROOT_TOKEN="})
+	wantProblems(t, err, `log.level (REGISTRYD_LOG_LEVEL): "noisy"`)
 }
 
 func TestEnvNamesCoverEverySetting(t *testing.T) {
@@ -399,7 +426,11 @@ func TestChecksumPolicy(t *testing.T) {
 			}
 			cfg, err := Load(path, tc.env)
 			if tc.problem != "" {
-				wantProblems(t, err, "upstreams.checksum_policy (REGISTRYD_UPSTREAMS_CHECKSUM_POLICY): "+tc.problem+" must be verify, require or off")
+				where := "upstreams.checksum_policy (REGISTRYD_UPSTREAMS_CHECKSUM_POLICY): "
+				if tc.env == nil {
+					where = path + ":2: upstreams.checksum_policy: " // from the file
+				}
+				wantProblems(t, err, where+tc.problem+" must be verify, require or off")
 				return
 			}
 			if err != nil {

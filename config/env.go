@@ -15,9 +15,12 @@ import (
 // applyEnv overlays REGISTRYD_<SECTION>_<KEY> variables onto cfg. The names come
 // from the yaml tags, so a new field is configurable from the environment the
 // moment it exists. Unknown REGISTRYD_ variables are reported, not ignored: a
-// typo in a deployment should not silently fall back to a default.
-func applyEnv(cfg *Config, environ []string) error {
+// typo in a deployment should not silently fall back to a default. Each
+// setting a variable sets is recorded in origin (when not nil) under its
+// name ("proxy.listen") as the variable's name.
+func applyEnv(cfg *Config, environ []string, origin map[string]string) error {
 	fields := envFields(cfg)
+	keys := envKeys(cfg)
 	var p Problems
 	for _, kv := range environ {
 		name, value, ok := strings.Cut(kv, "=")
@@ -38,6 +41,10 @@ func applyEnv(cfg *Config, environ []string) error {
 		}
 		if err := setValue(f, value); err != nil {
 			p = append(p, fmt.Sprintf("%s: %v", name, err))
+			continue
+		}
+		if origin != nil {
+			origin[keys[name]] = name
 		}
 	}
 	if len(p) > 0 {
@@ -67,6 +74,30 @@ func addEnvFields(out map[string]reflect.Value, prefix string, sv reflect.Value)
 		}
 		out[name] = sv.Field(j)
 	}
+}
+
+// envKeys maps each variable's name to its setting's name:
+// REGISTRYD_STORE_POSTGRES_DSN -> store.postgres.dsn.
+func envKeys(cfg *Config) map[string]string {
+	out := map[string]string{}
+	var add func(env, key string, sv reflect.Value)
+	add = func(env, key string, sv reflect.Value) {
+		for j := 0; j < sv.NumField(); j++ {
+			name := yamlName(sv.Type().Field(j))
+			e, k := env+"_"+strings.ToUpper(name), key+"."+name
+			if isSubsection(sv.Field(j)) {
+				add(e, k, sv.Field(j))
+				continue
+			}
+			out[e] = k
+		}
+	}
+	root := reflect.ValueOf(cfg).Elem()
+	for i := 0; i < root.NumField(); i++ {
+		name := yamlName(root.Type().Field(i))
+		add("REGISTRYD_"+strings.ToUpper(name), name, root.Field(i))
+	}
+	return out
 }
 
 // isSubsection reports whether a setting's field is a group of settings of

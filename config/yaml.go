@@ -24,8 +24,10 @@ import (
 //
 // A syntax error stops at once (the rest of the file cannot be trusted) and
 // is returned as error; everything else is collected in Problems. A key with
-// no value (`pprof_listen:`) keeps its default.
-func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
+// no value (`pprof_listen:`) keeps its default. Each setting the file sets
+// is recorded in origin (when not nil) as "file:line" under its name
+// ("proxy.listen"), for Load to say where a value Validate refuses came from.
+func applyYAML(cfg *Config, file string, raw []byte, origin map[string]string) (Problems, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("%s is not valid YAML: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
@@ -44,6 +46,11 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 	if root.Kind != yaml.MappingNode {
 		at(root, "expected sections (data:, proxy:, admin:, ...) at the top level, got %s", describe(root))
 		return p, nil
+	}
+	set := func(key string, n *yaml.Node) {
+		if origin != nil {
+			origin[key] = fmt.Sprintf("%s:%d", file, n.Line)
+		}
 	}
 	sections := sectionFields(cfg)
 	seen := map[string]int{}
@@ -67,7 +74,7 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 			at(val, "%s: expected settings under it (one \"key: value\" a line), got %s", name, describe(val))
 			continue
 		}
-		applySettings(cfg, name, val, sec, at)
+		applySettings(cfg, name, val, sec, at, set)
 	}
 	return p, nil
 }
@@ -75,8 +82,8 @@ func applyYAML(cfg *Config, file string, raw []byte) (Problems, error) {
 // applySettings overlays the mapping val onto the section (or subsection)
 // sec, named name ("store", "store.postgres"). A setting that is itself a
 // group of settings (store.postgres) takes a mapping and is walked the same
-// way.
-func applySettings(cfg *Config, name string, val *yaml.Node, sec reflect.Value, at func(*yaml.Node, string, ...any)) {
+// way. set records each setting set, with the key's node.
+func applySettings(cfg *Config, name string, val *yaml.Node, sec reflect.Value, at func(*yaml.Node, string, ...any), set func(string, *yaml.Node)) {
 	settings := settingFields(sec)
 	seenKey := map[string]int{}
 	for _, e := range entries(val, name+": ", at) {
@@ -99,7 +106,7 @@ func applySettings(cfg *Config, name string, val *yaml.Node, sec reflect.Value, 
 				at(v, "%s.%s: expected settings under it (one \"key: value\" a line), got %s", name, k.Value, describe(v))
 				continue
 			}
-			applySettings(cfg, name+"."+k.Value, v, f, at)
+			applySettings(cfg, name+"."+k.Value, v, f, at, set)
 			continue
 		}
 		if v.Kind != yaml.ScalarNode {
@@ -108,7 +115,9 @@ func applySettings(cfg *Config, name string, val *yaml.Node, sec reflect.Value, 
 		}
 		if err := setNode(f, v); err != nil {
 			at(v, "%s.%s: %v", name, k.Value, err)
+			continue
 		}
+		set(name+"."+k.Value, k)
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/boltstore"
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // The real daemon has no clock a test can move, and a policy keeps files at
@@ -29,12 +31,12 @@ func seedOld(t *testing.T, dataDir string, upstream int64, at time.Time, files m
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(dataDir, store.Options{SecretKey: key, Now: func() time.Time { return at }})
+	st, err := boltstore.Open(dataDir, store.Options{SecretKey: key, Now: func() time.Time { return at }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	blobs, err := store.OpenBlobs(dataDir, store.BlobOptions{})
+	blobs, err := blob.Open(dataDir, blob.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func seedOld(t *testing.T, dataDir string, upstream int64, at time.Time, files m
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := blobs.Publish(st, w, dg, store.CacheEntry{UpstreamID: upstream, RelativePath: "/" + path,
+		if _, err := st.Publish(blobs, w, dg, store.CacheEntry{UpstreamID: upstream, RelativePath: "/" + path,
 			ContentType: "application/java-archive", CheckedAt: at}); err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,10 @@ import (
 // binary is the registryd built once for the whole package.
 var binary string
 
+// gitRevision is the commit of the checkout the binary was built from (as
+// the Makefile gives it: git rev-parse --short=11 HEAD), "" without git.
+var gitRevision string
+
 // logDir keeps the whole output of every daemon the suite runs, for the
 // secret check after the run.
 var logDir string
@@ -42,6 +46,11 @@ func TestMain(m *testing.M) {
 	}
 	binary = filepath.Join(dir, "registryd")
 	args := []string{"build", "-o", binary}
+	// The revision, as the Makefile's LDFLAGS set it.
+	if out, err := exec.Command("git", "rev-parse", "--short=11", "HEAD").Output(); err == nil {
+		gitRevision = strings.TrimSpace(string(out))
+		args = append(args, "-ldflags", "-X main.revision="+gitRevision)
+	}
 	if raceEnabled {
 		args = append(args, "-race")
 	}

@@ -96,28 +96,7 @@ func TestPythonGitlab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(py, "testdata/pygitlab/calls.py")
-	cmd.Env = append(os.Environ(), "PYGITLAB_INPUT="+string(input), "PYTHONDONTWRITEBYTECODE=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	done := make(chan struct{})
-	timer := time.AfterFunc(2*time.Minute, func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-		}
-	})
-	raw, err := cmd.Output()
-	close(done)
-	timer.Stop()
-	if err != nil {
-		t.Fatalf("python-gitlab script: %v\n%s\ndaemon log:\n%s", err, stderr.String(), d.Logs())
-	}
-	var got map[string]any
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatalf("script output is not JSON (%v): %s\n%s", err, raw, stderr.String())
-	}
+	got := runPyGitlab(t, py, "testdata/pygitlab/calls.py", input, d)
 	t.Logf("python-gitlab %v", got["python_gitlab"])
 
 	// What GET /version answers over plain HTTP, for python-gitlab's
@@ -179,8 +158,120 @@ func TestPythonGitlab(t *testing.T) {
 			t.Errorf("%s:\n got  %v\n want %v", k, g, w)
 		}
 	}
-	if ver["version"] != "dev" || !regexp.MustCompile(`^([0-9a-f]{11}|unknown)$`).MatchString(fmt.Sprint(ver["revision"])) {
-		t.Errorf("GET /version: %v", ver)
+	if ver["version"] != "dev" || !regexp.MustCompile(`^([0-9a-f]{11}|unknown)$`).MatchString(fmt.Sprint(ver["revision"])) ||
+		(gitRevision != "" && ver["revision"] != gitRevision) {
+		t.Errorf("GET /version: %v (git: %q)", ver, gitRevision)
 	}
+
+	pyGitlabDeletes(t, py, d, url, aliceToken, subs[4])
 	noServerErrors(t, d)
+}
+
+// pyGitlabDeletes has python-gitlab delete a project, a group (with a
+// subgroup, a project, a registry and an upstream) and two users, one the
+// only owner of a group, and checks the effects through the API: GitLab's
+// statuses (202 for groups and projects, 204 for users, 403 and 404 for
+// who may not, 409 for a sole owner without hard_delete) and nothing left
+// of what was deleted. alice (aliceToken) is a maintainer of maintained.
+func pyGitlabDeletes(t *testing.T, py string, d *Daemon, url, aliceToken string, maintained int64) {
+	t.Helper()
+	f := d.Fix(t)
+	scratch := d.Do("POST", "/projects", rootToken, map[string]any{"name": "scratch", "namespace_id": maintained}).Expect(t, 201).ID(t)
+	doomed := f.Group("doomed", 0, "private")
+	doomedSub := f.Group("sub", doomed, "private")
+	doomedProject := d.Do("POST", "/projects", rootToken, map[string]any{"name": "app", "namespace_id": doomedSub}).Expect(t, 201).ID(t)
+	registry := f.Registry(doomed, "main")
+	upstream := f.Upstream(registry, "https://repo.example/maven2", nil)
+	carol, carolToken := f.User("carol", false)
+	f.Member(doomed, carol, 30)
+	dave, daveToken := f.User("dave", false)
+	daveGroup := d.Do("POST", "/groups", daveToken, map[string]any{"name": "daves", "path": "daves"}).Expect(t, 201).ID(t)
+
+	input, err := json.Marshal(map[string]any{
+		"url": url, "token": aliceToken, "admin_token": rootToken,
+		"scratch_project_id": scratch, "doomed_group_id": doomed, "doomed_subgroup_id": doomedSub,
+		"doomed_project_id": doomedProject, "carol_id": carol, "carol_token": carolToken,
+		"dave_id": dave, "dave_group_id": daveGroup,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runPyGitlab(t, py, "testdata/pygitlab/deletes.py", input, d)
+	want := map[string]any{
+		"project_delete_by_maintainer": "GitlabDeleteError 403",
+		"project_delete":               "ok",
+		"project_after":                "GitlabGetError 404",
+		"group_delete_by_outsider":     "GitlabDeleteError 404",
+		"group_delete":                 "ok",
+		"group_after":                  "GitlabGetError 404",
+		"subgroup_after":               "GitlabGetError 404",
+		"group_project_after":          "GitlabGetError 404",
+		"group_paths_after":            []any{},
+		"user_delete_by_user":          "GitlabDeleteError 403",
+		"user_delete":                  "ok",
+		"user_after":                   "GitlabGetError 404",
+		"user_token_after":             "GitlabAuthenticationError 401",
+		"users_named_carol":            []any{},
+		"sole_owner_delete":            "GitlabDeleteError 409",
+		"sole_owner_group_before":      "ok",
+		"sole_owner_hard_delete":       "ok",
+		"sole_owner_after":             "GitlabGetError 404",
+		"sole_owner_group_after":       "GitlabGetError 404",
+		"warnings":                     []any{},
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("deletes: %s: missing from the script's output", k)
+			continue
+		}
+		if g == nil {
+			g = []any{}
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("deletes: %s:\n got  %v\n want %v", k, g, w)
+		}
+	}
+
+	// What python-gitlab does not reach: the registry and upstream of the
+	// deleted group, the statuses GitLab gives, and that the paths are free.
+	d.Do("GET", fmt.Sprintf("/virtual_registries/packages/maven/registries/%d", registry), rootToken, nil).Expect(t, 404)
+	d.Do("GET", fmt.Sprintf("/virtual_registries/packages/maven/upstreams/%d", upstream), rootToken, nil).Expect(t, 404)
+	d.Do("GET", "/groups/doomed%2Fsub", rootToken, nil).Expect(t, 404)
+	again := f.Group("doomed", 0, "private")
+	d.Do("DELETE", fmt.Sprintf("/groups/%d", again), rootToken, nil).Expect(t, 202)
+	gone, _ := f.User("erin", false)
+	d.Do("DELETE", fmt.Sprintf("/users/%d", gone), rootToken, nil).Expect(t, 204)
+	if m := d.Do("DELETE", fmt.Sprintf("/projects/%d", doomedProject), rootToken, nil).Expect(t, 404).Map(t); m["message"] != "404 Project Not Found" {
+		t.Errorf("deleting a deleted project: %v", m)
+	}
+}
+
+// runPyGitlab runs a script of testdata/pygitlab with input (PYGITLAB_INPUT)
+// and returns the JSON object it printed.
+func runPyGitlab(t *testing.T, py, script string, input []byte, d *Daemon) map[string]any {
+	t.Helper()
+	cmd := exec.Command(py, script)
+	cmd.Env = append(os.Environ(), "PYGITLAB_INPUT="+string(input), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	done := make(chan struct{})
+	timer := time.AfterFunc(2*time.Minute, func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+		}
+	})
+	raw, err := cmd.Output()
+	close(done)
+	timer.Stop()
+	if err != nil {
+		t.Fatalf("python-gitlab script %s: %v\n%s\ndaemon log:\n%s", script, err, stderr.String(), d.Logs())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("%s output is not JSON (%v): %s\n%s", script, err, raw, stderr.String())
+	}
+	return got
 }

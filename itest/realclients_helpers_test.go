@@ -66,7 +66,7 @@ var mavenPlugins = []struct{ artifact, pkg string }{
 func requireTools(t *testing.T, tools ...string) {
 	t.Helper()
 	var missing []string
-	for _, tool := range append([]string{"java"}, tools...) {
+	for _, tool := range append([]string{"java", "javac"}, tools...) {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, "the "+tool+" command")
 		}
@@ -84,9 +84,8 @@ func requireTools(t *testing.T, tools ...string) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Skipf("real-client test needs %s; on Debian: apt-get install maven gradle libcommons-lang3-java "+
-			"libguava-java junit4 libmaven-resources-plugin-java libmaven-compiler-plugin-java libsurefire-java "+
-			"libmaven-jar-plugin-java (as .ci/run does)", strings.Join(missing, ", "))
+		t.Skipf("real-client test needs %s; on Debian: install the packages of .ci/packages (as .ci/run does; "+
+			"javac is default-jdk-headless's)", strings.Join(missing, ", "))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"registryd/internal/every"
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // downloadCounter accumulates downloads_count and downloaded_at in memory so
@@ -138,7 +139,7 @@ func (s *engine) collect(stop <-chan struct{}, batches int) (store.CollectResult
 	s.met.collectorRuns.Inc()
 	for n := 1; ; n++ {
 		s.collectMu.Lock()
-		r, err := s.blobs.Collect(s.st, collectBatch)
+		r, err := s.st.CollectBlobs(s.blobs, collectBatch)
 		s.collectMu.Unlock()
 		total.Entries += r.Entries
 		total.BlobsRemoved += r.BlobsRemoved
@@ -172,7 +173,7 @@ func (s *engine) collector(stop, done chan struct{}) {
 	defer close(done)
 	every.TickOrWake(stop, s.st.CollectWanted(), s.opts.Cache.CollectInterval, func() {
 		if _, err := s.collect(stop, 0); err != nil {
-			if store.IsDiskFull(err) {
+			if blob.IsDiskFull(err) {
 				s.backgroundFailed("collecting cache entries", err)
 			} else {
 				s.log.Error("collecting cache entries", "err", err)

@@ -9,6 +9,7 @@ import (
 	"registryd/internal/clusterjob"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -104,7 +105,7 @@ func (s *engine) leaseFill(f *flight) (unlock func(), done bool) {
 		// Its blob must be readable too: a flight started because the
 		// object was gone finds the same entry again, and must fetch the
 		// file rather than serve the gone object (a 503 for ever).
-		if store.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) &&
+		if blob.ValidDigest(e.SHA256) && newEntryView(s, f.up, f.key.rel, e).fresh(kind, s.now()) &&
 			s.blobReadable(ctx, e) {
 			unlock()
 			s.met.filledElsewhere.Inc()

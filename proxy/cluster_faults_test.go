@@ -7,6 +7,7 @@ import (
 	"registryd/internal/fakecluster"
 	"registryd/internal/testsvc"
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // The download path of a cluster node differs from a single node's: the
@@ -31,8 +32,8 @@ func clusterFaultEnv(t *testing.T, c badAnswer) *env {
 	t.Cleanup(b.Close)
 	node := b.Node("a")
 	var st *store.Store
-	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
-		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20,
+	envBlobOpeners.Store(t, func(dir string) (*blob.Store, error) {
+		return blob.OpenTiered(dir, blob.TieredOptions{Objects: obj, LocalCacheBytes: 64 << 20,
 			Lock: func(ctx context.Context, key string) (func(), error) { return st.Lease(ctx, key) }})
 	})
 	defer envBlobOpeners.Delete(t)

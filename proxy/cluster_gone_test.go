@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"registryd/internal/testsvc"
-	"registryd/store"
+	"registryd/store/blob"
 )
 
 // TestClusterMissingObjectRefetched: on a cluster, an entry whose object is
@@ -16,8 +16,8 @@ import (
 func TestClusterMissingObjectRefetched(t *testing.T) {
 	srv := testsvc.MinIO(t)
 	obj := srv.NewObjects(t, "")
-	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
-		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20})
+	envBlobOpeners.Store(t, func(dir string) (*blob.Store, error) {
+		return blob.OpenTiered(dir, blob.TieredOptions{Objects: obj, LocalCacheBytes: 64 << 20})
 	})
 	e, _, _ := clusterEnv(t)
 	envBlobOpeners.Delete(t)
@@ -30,7 +30,7 @@ func TestClusterMissingObjectRefetched(t *testing.T) {
 	if err := os.Remove(e.blobs.Path(ent.SHA256)); err != nil {
 		t.Fatal(err)
 	}
-	if err := obj.Delete(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+	if err := obj.Delete(context.Background(), blob.ObjectKey(ent.SHA256)); err != nil {
 		t.Fatal(err)
 	}
 	e.get(jarPath).expect(t, 200).expectBody(t, string(large))
@@ -38,7 +38,7 @@ func TestClusterMissingObjectRefetched(t *testing.T) {
 		t.Fatalf("upstream GETs = %d, want 2 (the fill, the refetch of the gone file)", n)
 	}
 	// Published again: the object is back, and the next hit needs nobody.
-	if _, err := obj.Stat(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+	if _, err := obj.Stat(context.Background(), blob.ObjectKey(ent.SHA256)); err != nil {
 		t.Fatalf("the refetched file's object: %v", err)
 	}
 	e.get(jarPath).expect(t, 200).expectBody(t, string(large))

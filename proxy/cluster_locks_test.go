@@ -8,6 +8,7 @@ import (
 
 	"registryd/internal/testsvc"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/kv/pgkv"
 )
 
@@ -25,8 +26,8 @@ func TestClusterLockPoolNotExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st *store.Store
-	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
-		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20,
+	envBlobOpeners.Store(t, func(dir string) (*blob.Store, error) {
+		return blob.OpenTiered(dir, blob.TieredOptions{Objects: obj, LocalCacheBytes: 64 << 20,
 			Lock: func(ctx context.Context, key string) (func(), error) { return st.Lease(ctx, key) }})
 	})
 	e := newEnvStore(t, store.Options{Engine: db}, func(o *envOptions) { o.Cache.MaxLocks = 2 })

@@ -53,7 +53,7 @@ func (e *env) storeAsOtherNode(upID int64, path string, body []byte) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.blobs.Publish(e.st, w, d, store.CacheEntry{UpstreamID: upID, RelativePath: "/" + path,
+	if _, err := e.st.Publish(e.blobs, w, d, store.CacheEntry{UpstreamID: upID, RelativePath: "/" + path,
 		CheckedAt: e.clock.Now().UTC().Truncate(time.Millisecond)}); err != nil {
 		e.t.Fatal(err)
 	}

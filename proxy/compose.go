@@ -15,6 +15,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // Composed documents: a registry answers maven-metadata.xml (artifact and
@@ -84,7 +85,7 @@ type docInput struct {
 	verdict maven.Verdict
 }
 
-func (in *docInput) stored(e store.CacheEntry, blobs *store.Blobs) {
+func (in *docInput) stored(e store.CacheEntry, blobs *blob.Store) {
 	in.err, in.digest, in.size, in.blob = nil, e.SHA256, e.Size, blobs.Path(e.SHA256)
 	in.updated, in.entry = e.UpdatedAt, e.RelativePath
 }
@@ -191,7 +192,7 @@ func (s *engine) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
 		e, err := s.st.CacheEntry(in.up.id, "/"+rel)
 		var done bool
 		switch {
-		case err == nil && store.ValidDigest(e.SHA256):
+		case err == nil && blob.ValidDigest(e.SHA256):
 			done = s.storedDoc(in, rel, e, meta, seen)
 		case err == nil || errors.Is(err, store.ErrNotFound):
 			done = s.fetchDoc(in, rel, meta, seen)

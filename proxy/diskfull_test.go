@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"registryd/store"
+	"registryd/store/blob"
 )
 
 // Tests of a full data volume (passthrough.go): the volume's figures come
-// from the env's store.Faults (SetSpaceProbe) and temp file writes fail
+// from the env's blob.Faults (SetSpaceProbe) and temp file writes fail
 // through them (ENOSPCAfter), as a real full volume makes them fail (the
 // integration test itest/diskfull_test.go fills a real one).
 
@@ -27,8 +27,8 @@ func (e *env) fakeVolume(free int64) *volume {
 	v := &volume{}
 	v.free.Store(free)
 	v.total.Store(100 * gib)
-	e.faults.SetSpaceProbe(func() (store.Space, error) {
-		return store.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
+	e.faults.SetSpaceProbe(func() (blob.Space, error) {
+		return blob.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
 	})
 	return v
 }
@@ -36,8 +36,8 @@ func (e *env) fakeVolume(free int64) *volume {
 // setFree changes the free space; the next fill sees it at once.
 func (e *env) setFree(v *volume, free int64) {
 	v.free.Store(free)
-	e.faults.SetSpaceProbe(func() (store.Space, error) {
-		return store.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
+	e.faults.SetSpaceProbe(func() (blob.Space, error) {
+		return blob.Space{Free: v.free.Load(), Total: v.total.Load()}, nil
 	})
 }
 

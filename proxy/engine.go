@@ -10,6 +10,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -22,7 +23,7 @@ import (
 type engine struct {
 	opts    Options // with their defaults
 	st      *store.Store
-	blobs   *store.Blobs
+	blobs   *blob.Store
 	up      Fetcher
 	log     *slog.Logger
 	met     *metrics
@@ -120,7 +121,7 @@ func newEngine(d Deps, o Options) (*engine, error) {
 		return nil, err
 	}
 	// No new file below the free mark: eviction makes room, fills do not
-	// refill it at once (store.Blobs.SetMinFree).
+	// refill it at once (blob.Store.SetMinFree).
 	d.Blobs.SetMinFree(o.Cache.MinFreeFraction)
 	return s, nil
 }

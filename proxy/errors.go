@@ -14,6 +14,7 @@ import (
 	"registryd/auth"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/objects"
 	"registryd/upstream"
 )
@@ -71,7 +72,7 @@ var (
 	errUploadChecksum  = badRequest("checksum files are answered from the stored digests and cannot be uploaded")
 	errUploadBody      = badRequest("the multipart body could not be read")
 	// errInsufficientStorage is an upload that the full data volume could
-	// not take (store.IsDiskFull).
+	// not take (blob.IsDiskFull).
 	errInsufficientStorage = message(fasthttp.StatusInsufficientStorage, "507 Insufficient Storage - the data volume is full")
 )
 
@@ -357,7 +358,7 @@ func toAPI(err error) *apiError {
 		return miss.answer()
 	case isLeaseError(err):
 		return errLeaseAnswer
-	case store.IsDiskFull(err):
+	case blob.IsDiskFull(err):
 		return errInsufficientStorage
 	case errors.Is(err, store.ErrUnavailable):
 		return errIndexUnavailable

@@ -11,6 +11,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -236,7 +237,7 @@ func (s *engine) stream(ctx context.Context, f *flight, resp *upstream.Response,
 		return
 	}
 	w, rf, err := temp.take(s)
-	if store.IsDiskFull(err) {
+	if blob.IsDiskFull(err) {
 		s.passThrough(ctx, f, resp, body, exp, nil, nil, diskStageWrite, err)
 		return
 	}
@@ -261,7 +262,7 @@ func (s *engine) stream(ctx context.Context, f *flight, resp *upstream.Response,
 		s.failBody(f, err)
 		return
 	}
-	s.bodyRead(f, resp, exp, w, store.Digests{})
+	s.bodyRead(f, resp, exp, w, blob.Digests{})
 }
 
 // bodyRead is the one tail of a streamed body read to its clean end: into
@@ -272,9 +273,9 @@ func (s *engine) stream(ctx context.Context, f *flight, resp *upstream.Response,
 // hold a complete-looking body that does not match them. A revalidation
 // answers nothing before its body is verified, the stored copy being the
 // answer until then. Otherwise the clients finish at once and the hashing
-// (usually done by now, see store.BlobWriter) ends behind them. Then the
+// (usually done by now, see blob.Writer) ends behind them. Then the
 // body is stored (storeBody), unless it went uncached.
-func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *store.BlobWriter, d store.Digests) {
+func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *blob.Writer, d blob.Digests) {
 	resp.Body.Close()
 	f.freeSlot()
 	verifyFirst := exp.any() || f.reval || w == nil
@@ -283,7 +284,7 @@ func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *s
 		var err error
 		if w != nil {
 			d, err = w.Finish()
-			if store.IsDiskFull(err) && d.SHA256 != "" {
+			if blob.IsDiskFull(err) && d.SHA256 != "" {
 				unsynced, err = err, nil
 			}
 		}
@@ -318,7 +319,7 @@ func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *s
 // here unless bodyRead did (hash), fsynced, and made the entry, unless too
 // many stores wait (notStored) or the disk is full (the flight then ends
 // uncached with its digests).
-func (s *engine) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash bool, unsynced error, etag string) {
+func (s *engine) storeBody(f *flight, w *blob.Writer, d blob.Digests, hash bool, unsynced error, etag string) {
 	release, storing := s.stores.take(turnedAwayFill, f)
 	defer release()
 	if !storing {
@@ -344,7 +345,7 @@ func (s *engine) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash
 	if err != nil {
 		w.Abort()
 		s.storeFailed(f, w.Size(), err)
-		if store.IsDiskFull(err) && d.SHA256 != "" {
+		if blob.IsDiskFull(err) && d.SHA256 != "" {
 			entry, err = f.uncachedEntry(d), errNotCached
 		}
 	} else {
@@ -357,10 +358,10 @@ func (s *engine) storeBody(f *flight, w *store.BlobWriter, d store.Digests, hash
 // stored (too many stores wait, pendingstores.go): the temp file goes, and
 // the flight ends uncached with the body's digests, hashed here when hash
 // says they are not known yet.
-func (s *engine) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash bool) {
+func (s *engine) notStored(f *flight, w *blob.Writer, d blob.Digests, hash bool) {
 	if hash {
 		if sums, err := w.Detach(); err == nil {
-			d = store.SumHashes(sums, w.Size())
+			d = blob.SumHashes(sums, w.Size())
 			f.setDigests(d)
 		}
 	}
@@ -370,9 +371,9 @@ func (s *engine) notStored(f *flight, w *store.BlobWriter, d store.Digests, hash
 
 // publish makes the verified body of f the cache entry of its upstream and
 // path.
-func (s *engine) publish(f *flight, w *store.BlobWriter, d store.Digests, etag string) (store.CacheEntry, error) {
+func (s *engine) publish(f *flight, w *blob.Writer, d blob.Digests, etag string) (store.CacheEntry, error) {
 	s.marks.forget(f.up.id, f.key.rel)
-	return s.blobs.Publish(s.st, w, d, store.CacheEntry{
+	return s.st.Publish(s.blobs, w, d, store.CacheEntry{
 		UpstreamID:   f.up.id,
 		RelativePath: f.relSlash,
 		ContentType:  f.ctype,
@@ -383,7 +384,7 @@ func (s *engine) publish(f *flight, w *store.BlobWriter, d store.Digests, etag s
 
 func (s *engine) storeFailed(f *flight, size int64, err error) {
 	s.met.storeErrors.Inc()
-	if store.IsDiskFull(err) {
+	if blob.IsDiskFull(err) {
 		s.diskFull(diskStageStore, f, err)
 		return
 	}
@@ -500,7 +501,7 @@ func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
 // failure there is logged and counted, and caches nothing.
 func (s *engine) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
 	var err error
-	var d store.Digests
+	var d blob.Digests
 	switch {
 	case len(body) == 0 && maven.Binary(f.key.rel):
 		err = &refusedError{label: refusedEmpty, reason: "answered an empty body for a binary file"}
@@ -559,7 +560,7 @@ func (s *engine) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 	}
 	if err != nil {
 		s.storeFailed(f, int64(len(body)), err)
-		if store.IsDiskFull(err) {
+		if blob.IsDiskFull(err) {
 			entry, err = f.uncachedEntry(hashAll(body)), errNotCached
 		}
 	} else {
@@ -593,7 +594,7 @@ func (f *flight) countSent() {
 // that brings no body drops it.
 type pendingTemp struct {
 	done  chan struct{}
-	w     *store.BlobWriter
+	w     *blob.Writer
 	rf    *os.File
 	err   error
 	taken bool
@@ -608,7 +609,7 @@ func (s *engine) prepareTemp() *pendingTemp {
 	return t
 }
 
-func (s *engine) createTemp() (*store.BlobWriter, *os.File, error) {
+func (s *engine) createTemp() (*blob.Writer, *os.File, error) {
 	w, err := s.blobs.Create()
 	if err != nil {
 		return nil, nil, err
@@ -623,7 +624,7 @@ func (s *engine) createTemp() (*store.BlobWriter, *os.File, error) {
 
 // take returns the prepared temp file, waiting for it, or creates one when
 // none was prepared (t is nil).
-func (t *pendingTemp) take(s *engine) (*store.BlobWriter, *os.File, error) {
+func (t *pendingTemp) take(s *engine) (*blob.Writer, *os.File, error) {
 	if t == nil {
 		return s.createTemp()
 	}
@@ -653,7 +654,7 @@ func (s *engine) failBeforeStream(f *flight, err error) {
 
 // copyBody copies the body to the blob writer, publishing progress, and
 // checks that it ended cleanly with the announced length.
-func (s *engine) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error {
+func (s *engine) copyBody(f *flight, body io.Reader, w *blob.Writer) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -664,7 +665,7 @@ func (s *engine) copyBody(f *flight, body io.Reader, w *store.BlobWriter) error 
 				return f.tooLarge
 			}
 			if m, err := w.Write(buf[:n]); err != nil {
-				if store.IsDiskFull(err) {
+				if blob.IsDiskFull(err) {
 					return &diskFullError{err: err, rest: bytes.Clone(buf[m:n])}
 				}
 				return err

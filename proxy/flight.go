@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -18,7 +19,7 @@ import (
 // goroutine on a context detached from every client (bounded by
 // upstreams.fill_timeout), so a client hanging up does not abort it and a
 // slow client does not slow it: the body goes to a temp file (hashed behind
-// the writer, see store.BlobWriter), and every client, the first one
+// the writer, see blob.Writer), and every client, the first one
 // included, streams behind the fill from that file as it grows.
 //
 // The last byte is held back until the body has ended cleanly with its full
@@ -336,7 +337,7 @@ func (f *flight) finish(entry store.CacheEntry, err error) {
 
 // setDigests publishes the digests of the whole body for the checksum
 // headers of responses that start from now on.
-func (f *flight) setDigests(d store.Digests) {
+func (f *flight) setDigests(d blob.Digests) {
 	f.mu.Lock()
 	f.hdrSHA1, f.hdrMD5 = d.SHA1, d.MD5
 	f.closeDigestsLocked()

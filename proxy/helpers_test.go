@@ -28,9 +28,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
+	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/objects"
 	"registryd/upstream"
 )
@@ -59,8 +61,8 @@ type env struct {
 	t        testing.TB
 	dir      string // the data dir
 	st       *store.Store
-	blobs    *store.Blobs
-	faults   *store.Faults // of blobs, unless they are remote
+	blobs    *blob.Store
+	faults   *blob.Faults // of blobs, unless they are remote
 	srv      *Server
 	clock    *testclock.Clock
 	reg      *prometheus.Registry
@@ -95,7 +97,7 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 	}
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	so.SecretKey, so.Now = testSecretKey, clock.Now
-	st, err := store.Open(dir, so)
+	st, err := boltstore.Open(dir, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +112,13 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	faults := &store.Faults{}
-	var blobs *store.Blobs
+	faults := &blob.Faults{}
+	var blobs *blob.Store
 	if f, ok := envBlobOpeners.Load(t); ok { // remote blobs (remote_test.go), without faults
 		faults = nil
-		blobs, err = f.(func(string) (*store.Blobs, error))(dir)
+		blobs, err = f.(func(string) (*blob.Store, error))(dir)
 	} else {
-		blobs, err = store.OpenBlobs(dir, store.BlobOptions{Faults: faults})
+		blobs, err = blob.Open(dir, blob.Options{Faults: faults})
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -14,23 +14,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
 // A full disk breaks nothing. When a fill cannot write its file to the cache
 // (the data volume is full, a quota or a file size limit is reached; see
-// store.IsDiskFull), its clients still get the whole file: the flight goes
+// blob.IsDiskFull), its clients still get the whole file: the flight goes
 // on uncached, the rest of the body passing from the upstream to them
 // through memory, and nothing is stored.
 //
-// A flight goes uncached at its start when store.Blobs.Reserve says there is
+// A flight goes uncached at its start when blob.Store.Reserve says there is
 // no room for the file (the volume is below its reserve, a write failed for
 // want of space moments ago, or the file's Content-Length does not fit), or
 // halfway when a write of its temp file fails for want of space. Halfway,
 // the bytes already written stay readable from the flight's descriptor of
 // the temp file (its name is removed at once, so nothing is left in
 // DATA_DIR/tmp; its blocks go when the last reader closes it), the digests
-// computed so far go on with the rest (BlobWriter.Detach), and the rest of
+// computed so far go on with the rest (blob.Writer.Detach), and the rest of
 // the body goes to memory.
 //
 // The memory is a window, not the whole body: pieces of spillChunk bytes,
@@ -102,7 +103,7 @@ var (
 
 // Stages of registryd_cache_fill_disk_full_total.
 const (
-	diskStageBefore = "before" // not written: no room (store.Blobs.Reserve)
+	diskStageBefore = "before" // not written: no room (blob.Store.Reserve)
 	diskStageWrite  = "write"  // creating or writing the temp file failed
 	diskStageStore  = "store"  // fsync, rename or the index commit failed
 )
@@ -400,7 +401,7 @@ func (r *flightReader) copyMem(w io.Writer, avail int64) (int64, error) {
 // through the memory window to its clients, and ends in the fill's own
 // tail (bodyRead) with its digests and nothing to store.
 func (s *engine) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
-	w *store.BlobWriter, rest []byte, stage string, cause error) {
+	w *blob.Writer, rest []byte, stage string, cause error) {
 	var sums [4]hash.Hash
 	var onDisk int64
 	if w != nil {
@@ -411,7 +412,7 @@ func (s *engine) passThrough(ctx context.Context, f *flight, resp *upstream.Resp
 			return
 		}
 	} else {
-		sums = store.NewHashes()
+		sums = blob.NewHashes()
 	}
 	s.diskFull(stage, f, cause)
 	// live before on: a reader that registers once on is set must find
@@ -467,13 +468,13 @@ func (s *engine) passThrough(ctx context.Context, f *flight, resp *upstream.Resp
 		return
 	}
 	// The rest is the tail of every streamed body, uncached.
-	s.bodyRead(f, resp, exp, nil, store.SumHashes(sums, n))
+	s.bodyRead(f, resp, exp, nil, blob.SumHashes(sums, n))
 }
 
 // uncachedEntry is the outcome of a flight that stored nothing: what the
 // entry would have said, for the requests joined to the flight that answer
 // from it (a HEAD, a checksum sidecar).
-func (f *flight) uncachedEntry(d store.Digests) store.CacheEntry {
+func (f *flight) uncachedEntry(d blob.Digests) store.CacheEntry {
 	return store.CacheEntry{
 		UpstreamID: f.up.id, RelativePath: f.relSlash, ContentType: f.ctype, Size: d.Size,
 		MD5: d.MD5, SHA1: d.SHA1, SHA256: d.SHA256, SHA512: d.SHA512,
@@ -481,12 +482,12 @@ func (f *flight) uncachedEntry(d store.Digests) store.CacheEntry {
 }
 
 // hashAll digests a body held in memory.
-func hashAll(b []byte) store.Digests {
-	sums := store.NewHashes()
+func hashAll(b []byte) blob.Digests {
+	sums := blob.NewHashes()
 	for _, h := range sums {
 		h.Write(b)
 	}
-	return store.SumHashes(sums, int64(len(b)))
+	return blob.SumHashes(sums, int64(len(b)))
 }
 
 // copyPass reads the body to its end into add.
@@ -532,7 +533,7 @@ type diskState struct {
 	held    atomic.Int64 // bytes of uncached bodies in memory
 	peak    atomic.Int64 // the most held at once (for tests)
 	log     *slog.Logger
-	blobs   *store.Blobs
+	blobs   *blob.Store
 
 	mu       sync.Mutex
 	warnedAt time.Time // of the last warning; zero once fills cache again
@@ -552,7 +553,7 @@ func (d *diskState) hold(n int64) {
 // turns away.
 const diskLogEvery = time.Minute
 
-func newDiskState(reg prometheus.Registerer, blobs *store.Blobs, log *slog.Logger) (*diskState, error) {
+func newDiskState(reg prometheus.Registerer, blobs *blob.Store, log *slog.Logger) (*diskState, error) {
 	const ns = "registryd"
 	d := &diskState{log: log, blobs: blobs,
 		full: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -656,7 +657,7 @@ func (s *engine) diskOK() {
 // of space, which is logged once per diskLogEvery for each kind, since it
 // fails again at every period until the volume has room.
 func (s *engine) backgroundFailed(what string, err error) {
-	if !store.IsDiskFull(err) {
+	if !blob.IsDiskFull(err) {
 		s.log.Warn(what, "err", err)
 		return
 	}

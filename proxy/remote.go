@@ -12,14 +12,14 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/objects"
 )
 
-// Local misses of remote blobs (cluster mode, store.OpenBlobsRemote): the
+// Local misses of remote blobs (cluster mode, blob.OpenTiered): the
 // index has the entry, this node's local tier does not have its file
 // (evicted, or filled on another node). The file streams from the bucket
-// (store.Blobs.OpenRemote), which fills the local tier as it goes; only
+// (blob.Store.OpenRemote), which fills the local tier as it goes; only
 // when the object is missing too is the file fetched from its upstream
 // again (errBlobGone), as for a blob file lost on a single node. A bucket
 // that is away answers 503 with the reason (errObjectStore).
@@ -114,7 +114,7 @@ func (s *Server) remoteFailed(v *entryView, err error) error {
 		s.log.Warn("a cached entry's object is missing from the bucket; fetching it again",
 			"upstream", v.e.UpstreamID, "path", v.e.RelativePath, "blob", v.e.SHA256, "err", err)
 		return errBlobGone
-	case errors.Is(err, store.ErrObjectMismatch):
+	case errors.Is(err, blob.ErrObjectMismatch):
 		s.log.Error("a cached entry's object does not match its digest; it was deleted and is fetched again",
 			"upstream", v.e.UpstreamID, "path", v.e.RelativePath, "blob", v.e.SHA256, "err", err)
 		return errBlobGone
@@ -160,7 +160,7 @@ func (s *engine) readRemote(sha string, size int64) ([]byte, error) {
 			return b, nil
 		}
 	}
-	if errors.Is(err, objects.ErrNotFound) || errors.Is(err, store.ErrObjectMismatch) {
+	if errors.Is(err, objects.ErrNotFound) || errors.Is(err, blob.ErrObjectMismatch) {
 		return nil, fmt.Errorf("%w: %w", fs.ErrNotExist, err)
 	}
 	return nil, err

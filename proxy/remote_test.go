@@ -10,20 +10,20 @@ import (
 	"testing"
 
 	"registryd/internal/testsvc"
-	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/objects"
 )
 
 // envBlobOpeners lets a test open its env's blobs another way (newEnv).
-var envBlobOpeners sync.Map // testing.TB -> func(dir string) (*store.Blobs, error)
+var envBlobOpeners sync.Map // testing.TB -> func(dir string) (*blob.Store, error)
 
 // newRemoteEnv is newEnv with its blobs in a bucket of the test MinIO.
 func newRemoteEnv(t *testing.T) (*env, *objects.S3, *testsvc.S3) {
 	t.Helper()
 	srv := testsvc.MinIO(t)
 	obj := srv.NewObjects(t, "")
-	envBlobOpeners.Store(t, func(dir string) (*store.Blobs, error) {
-		return store.OpenBlobsRemote(dir, store.RemoteBlobs{Objects: obj, LocalCacheBytes: 64 << 20})
+	envBlobOpeners.Store(t, func(dir string) (*blob.Store, error) {
+		return blob.OpenTiered(dir, blob.TieredOptions{Objects: obj, LocalCacheBytes: 64 << 20})
 	})
 	defer envBlobOpeners.Delete(t)
 	return newEnv(t), obj, srv
@@ -44,7 +44,7 @@ func TestRemoteLocalMissStreamsFromTheBucket(t *testing.T) {
 	e.get(jarPath).expect(t, 200)
 	e.get(pom).expect(t, 200)
 	ent, _ := e.entry(u, "/"+jarPath)
-	if _, err := obj.Stat(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+	if _, err := obj.Stat(context.Background(), blob.ObjectKey(ent.SHA256)); err != nil {
 		t.Fatalf("the filled file is not in the bucket: %v", err)
 	}
 
@@ -75,14 +75,14 @@ func TestRemoteLocalMissStreamsFromTheBucket(t *testing.T) {
 	if err := os.Remove(e.blobs.Path(ent.SHA256)); err != nil {
 		t.Fatal(err)
 	}
-	if err := obj.Delete(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+	if err := obj.Delete(context.Background(), blob.ObjectKey(ent.SHA256)); err != nil {
 		t.Fatal(err)
 	}
 	e.get(jarPath).expect(t, 200).expectBody(t, string(large))
 	if up.calls(jarPath) != 2 {
 		t.Fatalf("upstream GETs of the jar = %d, want 2", up.calls(jarPath))
 	}
-	if _, err := obj.Stat(context.Background(), store.ObjectKey(ent.SHA256)); err != nil {
+	if _, err := obj.Stat(context.Background(), blob.ObjectKey(ent.SHA256)); err != nil {
 		t.Fatalf("the refetched file was not republished to the bucket: %v", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestRemoteCorruptObjectCutsTheResponse(t *testing.T) {
 	ent, _ := e.entry(u, "/"+jarPath)
 	bad := bytes.Clone(large)
 	bad[len(bad)-1] ^= 1
-	if err := obj.Put(context.Background(), store.ObjectKey(ent.SHA256), bytes.NewReader(bad), int64(len(bad))); err != nil {
+	if err := obj.Put(context.Background(), blob.ObjectKey(ent.SHA256), bytes.NewReader(bad), int64(len(bad))); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(e.blobs.Path(ent.SHA256)); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -165,7 +166,7 @@ func (s *engine) lookup(reg *registryView, rel string, gen uint64) (*entryView, 
 	v := &entryView{gen: gen, key: strings.Clone(rel)}
 	if found {
 		up := reg.upstream(e.UpstreamID)
-		if up == nil || !store.ValidDigest(e.SHA256) {
+		if up == nil || !blob.ValidDigest(e.SHA256) {
 			return nil, nil
 		}
 		v = newEntryView(s, up, v.key, e)

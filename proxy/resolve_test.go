@@ -16,9 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/auth"
+	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -43,7 +45,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 	t.Helper()
 	dir := t.TempDir()
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
-	st, err := store.Open(dir, store.Options{SecretKey: testSecretKey, Now: clock.Now})
+	st, err := boltstore.Open(dir, store.Options{SecretKey: testSecretKey, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blobs, err := store.OpenBlobs(dir, store.BlobOptions{})
+	blobs, err := blob.Open(dir, blob.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

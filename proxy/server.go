@@ -43,6 +43,7 @@ import (
 	"registryd/auth"
 	"registryd/internal/redact"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -61,7 +62,7 @@ type Deps struct {
 	// Options are the proxy's settings; zero fields take their defaults.
 	Options  Options
 	Store    *store.Store
-	Blobs    *store.Blobs
+	Blobs    *blob.Store
 	Auth     *auth.Service
 	Upstream Fetcher
 	Logger   *slog.Logger

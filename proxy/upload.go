@@ -13,6 +13,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 )
 
 // Upload headers: the spec's names first, GitLab's (Workhorse's) as aliases.
@@ -99,7 +100,7 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
 	if e.ContentType == "" {
 		e.ContentType = maven.ContentType(p.Rel)
 	}
-	if _, err := s.blobs.Publish(s.st, w, d, e); err != nil {
+	if _, err := s.st.Publish(s.blobs, w, d, e); err != nil {
 		var ve *store.ValidationError
 		if errors.As(err, &ve) {
 			return badRequest(ve.Error())
@@ -112,9 +113,9 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, idb, raw []byte) error {
 
 // receiveFile reads the multipart body and streams its "file" part into a
 // new blob writer.
-func (s *Server) receiveFile(mr *multipart.Reader, lim *limitedBody) (*store.BlobWriter, error) {
-	var w *store.BlobWriter
-	fail := func(err error) (*store.BlobWriter, error) {
+func (s *Server) receiveFile(mr *multipart.Reader, lim *limitedBody) (*blob.Writer, error) {
+	var w *blob.Writer
+	fail := func(err error) (*blob.Writer, error) {
 		if w != nil {
 			w.Abort()
 		}
@@ -146,7 +147,7 @@ func (s *Server) receiveFile(mr *multipart.Reader, lim *limitedBody) (*store.Blo
 		case n > s.maxFile:
 			lim.exceeded = true
 			return fail(errUploadTooLarge)
-		case store.IsDiskFull(err):
+		case blob.IsDiskFull(err):
 			return fail(err) // 507
 		case err != nil:
 			return fail(errUploadBody)

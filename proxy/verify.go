@@ -12,6 +12,7 @@ import (
 
 	"registryd/maven"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -80,7 +81,7 @@ type expected struct {
 func (x expected) any() bool { return x.sha1 != "" || x.md5 != "" || x.sha256 != "" }
 
 // check compares the digests of the bytes received with x.
-func (x expected) check(d store.Digests) error {
+func (x expected) check(d blob.Digests) error {
 	if (x.sha1 != "" && x.sha1 != d.SHA1) || (x.md5 != "" && x.md5 != d.MD5) || (x.sha256 != "" && x.sha256 != d.SHA256) {
 		return &refusedError{label: refusedMismatch, reason: "the body does not match the checksum the upstream sent"}
 	}
@@ -138,9 +139,9 @@ func (s *engine) sniff(f *flight, head []byte, body io.Reader) (io.Reader, error
 
 // smallDigests are the digests of a body read whole: MD5 and SHA-1 for the
 // response headers, SHA-256 only when the upstream offered one to check.
-func smallDigests(body []byte, withSHA256 bool) store.Digests {
+func smallDigests(body []byte, withSHA256 bool) blob.Digests {
 	m, s1 := md5.Sum(body), sha1.Sum(body)
-	d := store.Digests{Size: int64(len(body)), MD5: hex.EncodeToString(m[:]), SHA1: hex.EncodeToString(s1[:])}
+	d := blob.Digests{Size: int64(len(body)), MD5: hex.EncodeToString(m[:]), SHA1: hex.EncodeToString(s1[:])}
 	if withSHA256 {
 		s2 := sha256.Sum256(body)
 		d.SHA256 = hex.EncodeToString(s2[:])

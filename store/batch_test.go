@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/store/blob"
 	"registryd/store/kv"
 	"registryd/store/kv/boltkv"
 )
@@ -34,8 +35,8 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 	t.Helper()
 	dir := t.TempDir()
 	var engine kv.DB
-	if testEngine != nil {
-		engine = testEngine(t, dir)
+	if hook := testEngine(t); hook != nil {
+		engine = hook(t, dir)
 	} else {
 		db, err := boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: time.Second})
 		noErr(t, err)
@@ -46,7 +47,7 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 	if o.Now == nil {
 		o.Now = newClock().Now
 	}
-	s, err := Open(dir, o)
+	s, err := Open(o)
 	noErr(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s, c
@@ -57,7 +58,7 @@ func openCounting(t testing.TB, o Options) (*Store, *countingDB) {
 func countingBlobEnv(t testing.TB, o Options) (blobEnv, *countingDB) {
 	t.Helper()
 	s, db := openCounting(t, o)
-	b, err := OpenBlobs(t.TempDir(), BlobOptions{})
+	b, err := blob.Open(t.TempDir(), blob.Options{})
 	noErr(t, err)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)

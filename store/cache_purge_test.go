@@ -192,7 +192,7 @@ func TestPurgeCrashBetweenBatches(t *testing.T) {
 	crash := filepath.Join(t.TempDir(), "crash")
 	noErr(t, s.db.(*boltkv.DB).CopyFile(filepath.Join(mkdir(t, crash), "registry.db")))
 
-	r, err := Open(crash, Options{SecretKey: testKey, Now: f.clock.Now})
+	r, err := openAt(t, crash, Options{SecretKey: testKey, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestPurgePublishCollectConcurrently(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range rounds {
-			_, err := e.b.Collect(e.s, 2)
+			_, err := e.s.CollectBlobs(e.b, 2)
 			fail(err)
 		}
 	}()
@@ -417,7 +417,7 @@ func TestPurgePublishCollectConcurrently(t *testing.T) {
 	}
 	check()
 	for {
-		r, err := e.b.Collect(e.s, 2)
+		r, err := e.s.CollectBlobs(e.b, 2)
 		noErr(t, err)
 		if !r.More {
 			break
@@ -427,7 +427,7 @@ func TestPurgePublishCollectConcurrently(t *testing.T) {
 	if st := e.s.CacheStats(); st.Pending != 0 {
 		t.Fatalf("after collection: %+v", st)
 	}
-	sweep, err := e.b.Sweep(e.s)
+	sweep, err := e.s.SweepBlobs(e.b)
 	noErr(t, err)
 	if sweep.Removed != 0 {
 		t.Fatalf("the collector left %d blob files nothing refers to", sweep.Removed)

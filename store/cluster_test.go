@@ -20,7 +20,11 @@ func openClustered(t *testing.T, n *fakecluster.Node, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: newClock().Now, Cluster: n, Logger: log})
+	db, err := boltAt(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{SecretKey: testKey, Now: newClock().Now, Cluster: n, Logger: log, Engine: db})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -28,10 +28,7 @@ func TestMain(m *testing.M) {
 var pgDatabases sync.Map // store dir -> DSN
 
 func init() {
-	if os.Getenv("REGISTRYD_TEST_STORE") != "postgres" {
-		return
-	}
-	testEngine = func(t testing.TB, dir string) kv.DB {
+	testEngines["postgres"] = func(t testing.TB, dir string) kv.DB {
 		t.Helper()
 		dsn, ok := pgDatabases.Load(dir)
 		if !ok {

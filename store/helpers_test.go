@@ -5,12 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"registryd/internal/testclock"
 	"registryd/store/kv"
+	"registryd/store/kv/boltkv"
 )
 
 // testKey seals passwords in tests; otherKey is a different installation's key.
@@ -24,12 +27,12 @@ func newClock() *testclock.Clock {
 	return testclock.New(time.Date(2026, 3, 14, 9, 26, 53, 589_793_238, time.UTC))
 }
 
-// testEngine, when set, is the kv engine the store tests run on; nil runs
-// them on bbolt (Open's default, DIR/registry.db). A file of the test
-// binary that selects another engine (from an environment variable) sets it
-// in an init function. Contract:
+// testEngines are the kv engines the store tests can run on besides bbolt
+// (boltAt: DIR/registry.db, as cmd opens it), by the value of REGISTRYD_TEST_STORE
+// that selects them; a file of the test binary registers its engine in an
+// init function. Contract of a hook:
 //
-//   - testEngine(t, dir) returns a newly opened kv.DB for the data directory
+//   - hook(t, dir) returns a newly opened kv.DB for the data directory
 //     dir. The store it is passed to owns it: Store.Close (or a failed
 //     Open) closes it.
 //   - Called again with the same dir, it returns a new engine on the same
@@ -41,22 +44,59 @@ func newClock() *testclock.Clock {
 //     hook itself with t.Cleanup.
 //
 // Tests that only make sense on bbolt (file copies, flock) call boltOnly.
-var testEngine func(t testing.TB, dir string) kv.DB
+var testEngines = map[string]func(t testing.TB, dir string) kv.DB{}
+
+// testEngine is the hook of the engine REGISTRYD_TEST_STORE selects, nil
+// for bbolt ("" or "bolt"); another value fails the test. The variable is
+// read here, while a test runs, and not in an init function: go test's
+// cache key includes only the environment variables a test reads after
+// the testing package started logging them, so a variable read in init
+// would let `REGISTRYD_TEST_STORE=postgres go test` be answered from the
+// cache of a bbolt run.
+func testEngine(t testing.TB) func(t testing.TB, dir string) kv.DB {
+	t.Helper()
+	name := os.Getenv("REGISTRYD_TEST_STORE")
+	if name == "" || name == "bolt" {
+		return nil
+	}
+	hook, ok := testEngines[name]
+	if !ok {
+		t.Fatalf("REGISTRYD_TEST_STORE=%q: no such test engine (bolt or postgres)", name)
+	}
+	return hook
+}
 
 // openAt opens the store of data dir dir with o, on testEngine when set:
 // every test that opens a store goes through it.
 func openAt(t testing.TB, dir string, o Options) (*Store, error) {
 	t.Helper()
-	if testEngine != nil && o.Engine == nil {
-		o.Engine = testEngine(t, dir)
+	if o.Engine == nil {
+		if engine := testEngine(t); engine != nil {
+			o.Engine = engine(t, dir)
+		} else {
+			db, err := boltAt(dir, time.Second)
+			if err != nil {
+				return nil, err
+			}
+			o.Engine = db
+		}
 	}
-	return Open(dir, o)
+	return Open(o)
+}
+
+// boltAt opens the bbolt engine of data dir dir, DIR/registry.db, creating
+// dir when needed, waiting at most timeout for another process's lock.
+func boltAt(dir string, timeout time.Duration) (*boltkv.DB, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	return boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: timeout})
 }
 
 // boltOnly skips t when the tests run on another engine, saying why.
 func boltOnly(t testing.TB, why string) {
 	t.Helper()
-	if testEngine != nil {
+	if testEngine(t) != nil {
 		t.Skip("bbolt only: " + why)
 	}
 }

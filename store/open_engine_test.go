@@ -55,7 +55,7 @@ func TestOpenEngine(t *testing.T) {
 	}
 	dir := t.TempDir()
 	e := engine()
-	s, err := Open(dir, Options{SecretKey: testKey, Engine: e})
+	s, err := Open(Options{SecretKey: testKey, Engine: e})
 	noErr(t, err)
 	if len(e.locks) != 1 || e.locks[0] != schemaLockKey || e.held || !e.inSchema {
 		t.Fatalf("locks %q, held after Open %v, schema checked under the lock %v", e.locks, e.held, e.inSchema)
@@ -70,7 +70,7 @@ func TestOpenEngine(t *testing.T) {
 	}
 
 	e = engine()
-	if _, err := Open(dir, Options{SecretKey: otherKey, Engine: e}); !errors.Is(err, ErrWrongKey) {
+	if _, err := Open(Options{SecretKey: otherKey, Engine: e}); !errors.Is(err, ErrWrongKey) {
 		t.Fatalf("another key: %v", err)
 	}
 	if !e.closed || e.held {

@@ -1,8 +1,11 @@
 // Package store is registryd's index: every record lives in a kv engine
-// (package store/kv: by default one bbolt file, DIR/registry.db, through
-// store/kv/boltkv; or PostgreSQL, shared by several nodes) and every mutation
-// is one transaction that keeps the invariants (positions stay contiguous,
-// names unique, nothing half-written). Only store/kv/boltkv imports bbolt.
+// (package store/kv: one bbolt file, DATA_DIR/registry.db, through
+// store/kv/boltkv; or PostgreSQL, shared by several nodes, through
+// store/kv/pgkv), which the caller opens and hands to Open (cmd opens
+// either the same way), and every mutation is one transaction that keeps
+// the invariants (positions stay contiguous, names unique, nothing
+// half-written). The package imports no engine. The bytes of cached files
+// are package store/blob's; blobbind.go binds entries to them.
 //
 // A function passed to update or db.Update may run more than once (an engine
 // retries a transaction that lost a serialization conflict): it resets every
@@ -17,27 +20,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"registryd/store/kv"
-	"registryd/store/kv/boltkv"
 )
 
 // Options configure Open.
 type Options struct {
 	// SecretKey is the 32-byte AES-256-GCM key sealing upstream passwords. Required.
 	SecretKey []byte
-	// LockTimeout is how long Open waits for another process's lock on the
-	// database before failing. Default 1s. Only for the default engine.
-	LockTimeout time.Duration
 	// Now returns the current time; tests inject a clock. Default time.Now.
 	Now func() time.Time
-	// Engine is the kv engine holding the index. Default (nil): a bbolt
-	// file, DIR/registry.db (boltkv). Open takes it over: Store.Close, or a
-	// failed Open, closes it.
+	// Engine is the kv engine holding the index (boltkv or pgkv). Required.
+	// Open takes it over: Store.Close, or a failed Open, closes it.
 	Engine kv.DB
 	// Cluster, for tests and engines, shares the store's in-memory views
 	// with other nodes (cluster.go): default: the engine, when it
@@ -94,9 +90,6 @@ type Store struct {
 	advFilter atomic.Pointer[advisoryFilter]
 }
 
-// ErrLocked means another process holds the database.
-var ErrLocked = errors.New("the data directory is in use by another registryd process")
-
 // ErrWrongKey means the secret key is not the one this database was created
 // with: no sealed password could be read. Open refuses such a key at once
 // rather than failing on the first upstream that has a password.
@@ -115,37 +108,21 @@ const schemaLockKey = "registryd:schema"
 // database is unreachable, which Open then reports rather than hanging.
 const schemaLockTimeout = time.Minute
 
-// Open opens (creating when needed) the index: DIR/registry.db, or
-// o.Engine when set (dir is then unused).
-func Open(dir string, o Options) (*Store, error) {
-	if o.LockTimeout == 0 {
-		o.LockTimeout = time.Second
+// Open opens the index on o.Engine, setting the schema up on a new
+// database.
+func Open(o Options) (*Store, error) {
+	if o.Engine == nil {
+		return nil, errors.New("store: no engine")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	s, err := newSealer(o.SecretKey)
 	if err != nil {
-		if o.Engine != nil {
-			o.Engine.Close()
-		}
+		o.Engine.Close()
 		return nil, err
 	}
 	db := o.Engine
-	if db == nil {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("store: %w", err)
-		}
-		path := filepath.Join(dir, "registry.db")
-		bdb, err := boltkv.Open(path, boltkv.Options{Timeout: o.LockTimeout})
-		if err != nil {
-			if errors.Is(err, boltkv.ErrLocked) {
-				return nil, fmt.Errorf("store: %s: %w", path, ErrLocked)
-			}
-			return nil, fmt.Errorf("store: %w", err)
-		}
-		db = bdb
-	}
 	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
 	if o.BatchMaxEntries == 0 {
 		o.BatchMaxEntries = defaultBatchMaxEntries
@@ -279,12 +256,14 @@ func (s *Store) CacheGeneration() uint64 { return s.cacheGen.Load() }
 type Stats struct {
 	FileBytes int64
 	TxOpen    int
+	// FreeBytes and PendingBytes: see kv.Stats.
+	FreeBytes, PendingBytes int64
 }
 
 // Stats reports figures of the database for metrics.
 func (s *Store) Stats() Stats {
 	st := s.db.Stats()
-	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx}
+	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx, FreeBytes: st.FreeBytes, PendingBytes: st.PendingBytes}
 }
 
 // now returns the store clock truncated to milliseconds, the precision of the API.

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"registryd/config"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/store/kv"
+	"registryd/store/kv/boltkv"
 	"registryd/store/kv/pgkv"
 	"registryd/store/objects"
 )
@@ -20,13 +24,19 @@ import (
 // rather than hanging a service manager.
 const startTimeout = 30 * time.Second
 
-// openEngine opens the index engine store.backend names: nil for bolt
-// (store.Open opens DATA_DIR/registry.db as it always did), a pgkv.DB for
-// postgres. The error is one line that names what failed, without the
-// password.
+// errLocked is a single node's index held by another process.
+var errLocked = errors.New("the data directory is in use by another registryd process")
+
+// boltLockTimeout is how long a start waits for another process's lock on
+// DATA_DIR/registry.db before failing.
+const boltLockTimeout = time.Second
+
+// openEngine opens the index engine store.backend names: a boltkv.DB on
+// DATA_DIR/registry.db for bolt, a pgkv.DB for postgres. The error is one
+// line that names what failed, without the password.
 func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (kv.DB, error) {
 	if cfg.Store.Backend != config.StorePostgres {
-		return nil, nil
+		return openBolt(cfg.Data.Dir)
 	}
 	dsn, err := cfg.Store.Postgres.ConnString()
 	if err != nil {
@@ -44,6 +54,24 @@ func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (kv.DB
 	if err != nil {
 		return nil, fmt.Errorf("store.backend postgres: cannot open the index database %s: %s",
 			config.RedactDSN(dsn), oneLine(redactIn(err.Error(), dsn)))
+	}
+	return db, nil
+}
+
+// openBolt opens the bbolt index of the data directory dir,
+// DIR/registry.db, creating dir when needed; another process holding it
+// fails with errLocked.
+func openBolt(dir string) (kv.DB, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	path := filepath.Join(dir, "registry.db")
+	db, err := boltkv.Open(path, boltkv.Options{Timeout: boltLockTimeout})
+	if errors.Is(err, boltkv.ErrLocked) {
+		return nil, fmt.Errorf("store: %s: %w", path, errLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	return db, nil
 }
@@ -74,18 +102,18 @@ func openObjects(ctx context.Context, cfg config.Config) (objects.Store, error) 
 	return objs, nil
 }
 
-// openBlobs opens the blob store blobs.backend names: DATA_DIR/blobs, or
+// openBlobs opens the blob tier blobs.backend names: DATA_DIR/blobs, or
 // the bucket with this node's local tier under DATA_DIR. Fills take the
 // cluster-wide lease of a blob through st, so that one node uploads it.
-func openBlobs(ctx context.Context, cfg config.Config, st *store.Store) (*store.Blobs, error) {
+func openBlobs(ctx context.Context, cfg config.Config, st *store.Store) (*blob.Store, error) {
 	if cfg.Blobs.Backend != config.BlobsS3 {
-		return store.OpenBlobs(cfg.Data.Dir, store.BlobOptions{})
+		return blob.Open(cfg.Data.Dir, blob.Options{})
 	}
 	objs, err := openObjects(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return store.OpenBlobsRemote(cfg.Data.Dir, store.RemoteBlobs{
+	return blob.OpenTiered(cfg.Data.Dir, blob.TieredOptions{
 		Objects:         objs,
 		LocalCacheBytes: int64(cfg.Blobs.S3.LocalCacheBytes),
 		Lock:            st.Lease,

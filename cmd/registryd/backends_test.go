@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,5 +76,24 @@ func TestRedactIn(t *testing.T) {
 	}
 	if got := oneLine("a\n  b\tc"); got != "a b c" {
 		t.Errorf("oneLine: %q", got)
+	}
+}
+
+// TestOpenBoltLocked: a second open of a single node's index fails fast
+// with errLocked, in words an operator understands (moved from store's
+// TestOpen, now that cmd opens the engines).
+func TestOpenBoltLocked(t *testing.T) {
+	dir := t.TempDir()
+	db, err := openBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = openBolt(dir)
+	if !errors.Is(err, errLocked) {
+		t.Fatalf("second open: err = %v, want errLocked", err)
+	}
+	if !strings.Contains(err.Error(), "in use by another registryd process") {
+		t.Fatalf("message %q is not clear", err)
 	}
 }

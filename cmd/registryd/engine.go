@@ -7,9 +7,9 @@ import (
 	"registryd/store/kv"
 )
 
-// openStore opens the index on engine (nil: bbolt at DIR/registry.db),
-// with the group commit bounds of sc.
-func openStore(dir string, key []byte, engine kv.DB, sc config.Store) (*store.Store, error) {
-	return store.Open(dir, store.Options{SecretKey: key, Engine: engine, Matcher: osv.Matcher{},
+// openStore opens the index on engine (openEngine's), with the group
+// commit bounds of sc.
+func openStore(key []byte, engine kv.DB, sc config.Store) (*store.Store, error) {
+	return store.Open(store.Options{SecretKey: key, Engine: engine, Matcher: osv.Matcher{},
 		BatchMaxEntries: sc.BatchMaxEntries, BatchMaxHold: sc.BatchMaxHold})
 }

@@ -30,6 +30,14 @@ func registerIndexMetrics(reg prometheus.Registerer, st *store.Store, engine kv.
 			Namespace: "registryd", Subsystem: "index", Name: "open_transactions",
 			Help: "Open index transactions (bbolt) or PostgreSQL connections in use.",
 		}, func() float64 { return float64(st.Stats().TxOpen) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "registryd", Subsystem: "index", Name: "free_bytes",
+			Help: "Part of the bbolt file no data uses, reused before the file grows (0 on PostgreSQL).",
+		}, func() float64 { return float64(st.Stats().FreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "registryd", Subsystem: "index", Name: "pending_free_bytes",
+			Help: "Part of the bbolt file freed by commits but still visible to an open read transaction; reused once those end (0 on PostgreSQL).",
+		}, func() float64 { return float64(st.Stats().PendingBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "registryd", Subsystem: "index", Name: "batch_commits_total",
 			Help: "Index transactions committed by the group commit, each carrying one or more cache entry writes.",

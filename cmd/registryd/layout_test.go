@@ -26,7 +26,8 @@ func TestLayout(t *testing.T) {
 	}{
 		{"admin", []string{"registryd/proxy", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "admin and proxy are siblings; only store touches bbolt"},
 		{"proxy", []string{"registryd/admin", "go.etcd.io/bbolt"}, "admin and proxy are siblings; only store touches bbolt"},
-		{"store", []string{"go.etcd.io/bbolt", "net/http", "github.com/valyala/fasthttp", "registryd/auth", "registryd/admin", "registryd/proxy", "registryd/upstream", "registryd/maven", "registryd/sbom", "registryd/eventimport", "registryd/osv", "registryd/advisories"}, "store is the lowest floor above config"},
+		{"store", []string{"go.etcd.io/bbolt", "net/http", "github.com/valyala/fasthttp", "registryd/auth", "registryd/admin", "registryd/proxy", "registryd/upstream", "registryd/maven", "registryd/sbom", "registryd/eventimport", "registryd/osv", "registryd/advisories", "registryd/store/kv/boltkv", "registryd/store/kv/pgkv"}, "store is the lowest floor above config, and opens no engine: cmd does"},
+		{"store/blob", []string{"registryd/store", "registryd/store/kv", "registryd/store/kv/boltkv", "registryd/store/kv/pgkv", "go.etcd.io/bbolt", "github.com/jackc/pgx/v5", "net/http", "github.com/valyala/fasthttp"}, "the bytes know no index entries: store binds entries to blobs"},
 		{"store/kv", []string{"go.etcd.io/bbolt", "github.com/jackc/pgx/v5"}, "the engine contract names no engine"},
 		{"store/kv/pgkv", []string{"go.etcd.io/bbolt", "registryd/store"}, "an engine knows the contract, not the store above it"},
 		{"store/kv/boltkv", []string{"github.com/jackc/pgx/v5", "registryd/store"}, "an engine knows the contract, not the store above it"},
@@ -51,6 +52,21 @@ func TestLayout(t *testing.T) {
 					t.Errorf("%s imports %s: %s", r.pkg, imp, r.why)
 				}
 			}
+		}
+	}
+	// Only cmd opens the index engines (the same way for bbolt and
+	// PostgreSQL); internal/boltstore opens a single node's bbolt index for
+	// the tests and the bench, and nothing else imports it. Tests may
+	// import the engines (go list's Imports leaves test files out).
+	mayOpenEngines := map[string]bool{"cmd/registryd": true, "internal/boltstore": true}
+	for pkg, imps := range imports {
+		for _, engine := range []string{"registryd/store/kv/boltkv", "registryd/store/kv/pgkv"} {
+			if !mayOpenEngines[pkg] && slices.Contains(imps, engine) {
+				t.Errorf("%s imports %s: only cmd opens the index engines", pkg, engine)
+			}
+		}
+		if pkg != "bench" && slices.Contains(imps, "registryd/internal/boltstore") {
+			t.Errorf("%s imports registryd/internal/boltstore: it is for tests and the bench", pkg)
 		}
 	}
 	// Each component takes Options of its own; cmd maps the configuration

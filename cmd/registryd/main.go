@@ -36,8 +36,14 @@ import (
 	"registryd/upstream"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and revision are set at build time with -ldflags
+// "-X main.version=... -X main.revision=..." (the Makefile does, revision
+// from git rev-parse); revision "" leaves GET /version the commit the Go
+// toolchain recorded, if any.
+var (
+	version  = "dev"
+	revision = ""
+)
 
 const usage = `registryd: a Maven caching proxy and virtual registry with a GitLab-compatible API.
 
@@ -236,12 +242,12 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		return err
 	}
 	var probe *dbProbe
-	if engine != nil {
-		// The store owns the engine from here: its Close, or a failed
-		// Open, closes it.
+	if cfg.Store.Backend == config.StorePostgres {
 		probe = newDBProbe(engine)
 	}
-	st, err := openStore(cfg.Data.Dir, key, engine, cfg.Store)
+	// The store owns the engine from here: its Close, or a failed Open,
+	// closes it.
+	st, err := openStore(key, engine, cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -253,7 +259,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 			log.Error("closing the store", "err", err)
 		}
 	}()
-	if err := bootstrapRoot(cfg, st, log); err != nil {
+	if err := bootstrapRoot(cfg, st, log, rootTokenSource(os.Getenv)); err != nil {
 		return err
 	}
 
@@ -277,7 +283,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
-	sweep, err := blobs.Sweep(st)
+	sweep, err := st.SweepBlobs(blobs)
 	if err != nil {
 		return err
 	}
@@ -336,7 +342,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}
 	adminSrv, err := admin.New(admin.Deps{Options: adminOptions(cfg), Store: st, Auth: authSvc, Upstream: upClient, Health: health,
 		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer,
-		Disk: blobs.DiskStatus, Version: version})
+		Disk: blobs.DiskStatus, Version: version, Revision: revision})
 	if err != nil {
 		return err
 	}
@@ -442,10 +448,21 @@ func gatewaySecret(cfg config.Config) ([]byte, error) {
 	return store.LoadOrCreateSecret(cfg.Path("gateway.secret"), 32)
 }
 
+// rootTokenSource names where root.token came from, for the log line of
+// the first start: the variable when it is set (it overrides the file),
+// else the configuration file.
+func rootTokenSource(getenv func(string) string) string {
+	if getenv("REGISTRYD_ROOT_TOKEN") != "" {
+		return "REGISTRYD_ROOT_TOKEN"
+	}
+	return "root.token of the configuration file"
+}
+
 // bootstrapRoot creates root and its first token on an empty data dir. The
-// token is REGISTRYD_ROOT_TOKEN when set, else random and written to
+// token is root.token when set (tokenFrom says from where: the file or
+// REGISTRYD_ROOT_TOKEN), else random and written to
 // DATA_DIR/initial_root_token; the log says where, never the value.
-func bootstrapRoot(cfg config.Config, st *store.Store, log *slog.Logger) error {
+func bootstrapRoot(cfg config.Config, st *store.Store, log *slog.Logger, tokenFrom string) error {
 	if st.Initialized() {
 		return nil
 	}
@@ -469,7 +486,7 @@ func bootstrapRoot(cfg config.Config, st *store.Store, log *slog.Logger) error {
 		_ = os.Remove(path)
 	case !created:
 	case cfg.Root.Token != "":
-		log.Info("created the admin user root with the token from REGISTRYD_ROOT_TOKEN")
+		log.Info("created the admin user root with the token from " + tokenFrom)
 	default:
 		abs, _ := filepath.Abs(path)
 		log.Info("created the admin user root; its personal access token is in this file", "file", abs)

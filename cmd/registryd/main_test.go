@@ -33,3 +33,43 @@ func TestLogDurationsAsText(t *testing.T) {
 		})
 	}
 }
+
+// TestRootTokenSource: the first start's log line says where root's token
+// came from: the configuration file's root.token, or REGISTRYD_ROOT_TOKEN
+// when that is set (it overrides the file); never the token.
+func TestRootTokenSource(t *testing.T) {
+	const token = "rdpat-root-token-from-somewhere-0123"
+	for _, tc := range []struct {
+		env, want string
+	}{
+		{"", "created the admin user root with the token from root.token of the configuration file"},
+		{token, "created the admin user root with the token from REGISTRYD_ROOT_TOKEN"},
+	} {
+		cfg := config.Default()
+		cfg.Data.Dir = t.TempDir()
+		cfg.Root.Token = token
+		engine, err := openBolt(cfg.Data.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := openStore(bytes.Repeat([]byte{1}, 32), engine, cfg.Store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		getenv := func(name string) string {
+			if name == "REGISTRYD_ROOT_TOKEN" {
+				return tc.env
+			}
+			return ""
+		}
+		err = bootstrapRoot(cfg, st, newLogger(cfg, &buf), rootTokenSource(getenv))
+		st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := buf.String(); !strings.Contains(out, tc.want) || strings.Contains(out, token) {
+			t.Errorf("REGISTRYD_ROOT_TOKEN=%q: log %q, want %q", tc.env, out, tc.want)
+		}
+	}
+}

@@ -77,12 +77,16 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 	// sealed (upstream passwords), or they would be unreadable after the
 	// move. Opening also brings the node's schema to this version, as its
 	// next start would.
-	st, err := store.Open(from, store.Options{SecretKey: key})
+	srcEngine, err := openBolt(from)
+	var st *store.Store
+	if err == nil {
+		st, err = store.Open(store.Options{SecretKey: key, Engine: srcEngine})
+	}
 	switch {
 	case errors.Is(err, store.ErrWrongKey):
 		return fmt.Errorf("the cluster's secrets key is not the one %s was created with: set the cluster's secrets.key "+
 			"(or secrets.key_file) to the node's %s, on every node", from, filepath.Join(from, "secrets.key"))
-	case errors.Is(err, store.ErrLocked):
+	case errors.Is(err, errLocked):
 		return fmt.Errorf("%s is in use: stop the single node's registryd first, and keep it stopped", from)
 	case err != nil:
 		return err
@@ -125,7 +129,7 @@ func migrateNode(ctx context.Context, cfg config.Config, from string, batch, upl
 	// The cluster opens the copy with its key (what every node does at
 	// start), the last check.
 	handedOver = true
-	cst, err := openStore(cfg.Data.Dir, key, dst, cfg.Store)
+	cst, err := openStore(key, dst, cfg.Store)
 	if err != nil {
 		return fmt.Errorf("the copied index does not open with the cluster's configuration: %w", err)
 	}

@@ -80,6 +80,10 @@ const (
 	// mPendingStores is the gauge of fills whose entries wait to be
 	// stored (bounded by cache.max_pending_stores).
 	mPendingStores = "registryd_cache_pending_stores"
+	// The index file and its free and pending-free parts (bbolt).
+	mIndexBytes   = "registryd_index_bytes"
+	mIndexFree    = "registryd_index_free_bytes"
+	mIndexPending = "registryd_index_pending_free_bytes"
 )
 
 // scrape reads the unlabelled samples of /metrics.
@@ -157,14 +161,17 @@ type sample struct {
 	RSS        int64
 	Anon, File int64   // parts of RSS (Memory)
 	HeapInuse  float64 // go_memstats_heap_inuse_bytes
-	Pending    float64
-	Backlog    float64 // -1 when the daemon has no such gauge
-	Goroutines float64
-	Entries    float64
-	BlobBytes  float64
-	Budget     float64
-	Destroyed  float64
-	Fetched    float64
-	InFlight   float64
-	Evictions  float64
+	// Index, IndexFree, IndexPending: the index file, its free pages and
+	// those a read transaction still pins (registryd_index_*).
+	Index, IndexFree, IndexPending float64
+	Pending                        float64
+	Backlog                        float64 // -1 when the daemon has no such gauge
+	Goroutines                     float64
+	Entries                        float64
+	BlobBytes                      float64
+	Budget                         float64
+	Destroyed                      float64
+	Fetched                        float64
+	InFlight                       float64
+	Evictions                      float64
 }

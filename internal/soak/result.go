@@ -98,41 +98,50 @@ type Window struct {
 	Misses int64              `json:"unique_misses"`
 	P99    map[string]float64 `json:"p99_s"`
 
-	RSSMean       float64 `json:"rss_mean_mb"`
-	AnonMean      float64 `json:"rss_anon_mean_mb"` // RSS's anonymous part
-	FileMean      float64 `json:"rss_file_mean_mb"` // RSS's mapped-file part
-	HeapMean      float64 `json:"heap_inuse_mean_mb"`
-	RSSMax        float64 `json:"rss_max_mb"`
-	PendingMax    float64 `json:"pending_max"`
-	PendingEnd    float64 `json:"pending_end"`
-	BacklogMax    float64 `json:"backlog_max"` // -1: not exposed
-	BacklogEnd    float64 `json:"backlog_end"`
-	GoroutinesMax float64 `json:"goroutines_max"`
-	GoroutinesEnd float64 `json:"goroutines_end"`
-	BlobMax       float64 `json:"blob_max_mb"`
-	Budget        float64 `json:"budget_mb"`
-	OverBudget    int     `json:"over_budget_samples"`
-	Destroyed     float64 `json:"destroyed"` // entries the collector destroyed in the window
-	Evictions     float64 `json:"evictions"`
+	RSSMean  float64 `json:"rss_mean_mb"`
+	AnonMean float64 `json:"rss_anon_mean_mb"` // RSS's anonymous part
+	FileMean float64 `json:"rss_file_mean_mb"` // RSS's mapped-file part
+	HeapMean float64 `json:"heap_inuse_mean_mb"`
+	// The index at the window's end, its free part then, and the most
+	// any read transaction pinned during the window (MB).
+	IndexEnd        float64 `json:"index_end_mb"`
+	IndexFreeEnd    float64 `json:"index_free_end_mb"`
+	IndexPendingMax float64 `json:"index_pending_max_mb"`
+	RSSMax          float64 `json:"rss_max_mb"`
+	PendingMax      float64 `json:"pending_max"`
+	PendingEnd      float64 `json:"pending_end"`
+	BacklogMax      float64 `json:"backlog_max"` // -1: not exposed
+	BacklogEnd      float64 `json:"backlog_end"`
+	GoroutinesMax   float64 `json:"goroutines_max"`
+	GoroutinesEnd   float64 `json:"goroutines_end"`
+	BlobMax         float64 `json:"blob_max_mb"`
+	Budget          float64 `json:"budget_mb"`
+	OverBudget      int     `json:"over_budget_samples"`
+	Destroyed       float64 `json:"destroyed"` // entries the collector destroyed in the window
+	Evictions       float64 `json:"evictions"`
 }
 
 // Sample is one second's reading of the daemon.
 type Sample struct {
-	At         float64 `json:"t"` // seconds since the load started
-	OK         bool    `json:"ok"`
-	RSS        float64 `json:"rss_mb"`
-	Anon       float64 `json:"rss_anon_mb"`
-	File       float64 `json:"rss_file_mb"`
-	HeapInuse  float64 `json:"heap_inuse_mb"`
-	Pending    float64 `json:"pending"`
-	Backlog    float64 `json:"backlog"`
-	Goroutines float64 `json:"goroutines"`
-	Entries    float64 `json:"entries"`
-	BlobBytes  float64 `json:"blob_bytes"`
-	InFlight   float64 `json:"fills_in_flight"`
-	Fetched    float64 `json:"fetched_bytes_total"`
-	Destroyed  float64 `json:"destroyed_total"`
-	Evictions  float64 `json:"evictions_total"`
+	At        float64 `json:"t"` // seconds since the load started
+	OK        bool    `json:"ok"`
+	RSS       float64 `json:"rss_mb"`
+	Anon      float64 `json:"rss_anon_mb"`
+	File      float64 `json:"rss_file_mb"`
+	HeapInuse float64 `json:"heap_inuse_mb"`
+	// Index and its free and pending-free parts, MB.
+	Index        float64 `json:"index_mb"`
+	IndexFree    float64 `json:"index_free_mb"`
+	IndexPending float64 `json:"index_pending_mb"`
+	Pending      float64 `json:"pending"`
+	Backlog      float64 `json:"backlog"`
+	Goroutines   float64 `json:"goroutines"`
+	Entries      float64 `json:"entries"`
+	BlobBytes    float64 `json:"blob_bytes"`
+	InFlight     float64 `json:"fills_in_flight"`
+	Fetched      float64 `json:"fetched_bytes_total"`
+	Destroyed    float64 `json:"destroyed_total"`
+	Evictions    float64 `json:"evictions_total"`
 }
 
 // Goal is one of the issue's goals, met or not.
@@ -216,6 +225,8 @@ func (r *run) summarize(i int, loadEnd time.Duration) Window {
 		}
 		w.PendingMax, w.PendingEnd = max(w.PendingMax, x.Pending), x.Pending
 		w.BacklogMax, w.BacklogEnd = max(w.BacklogMax, x.Backlog), x.Backlog
+		w.IndexEnd, w.IndexFreeEnd = x.Index/mb, x.IndexFree/mb
+		w.IndexPendingMax = max(w.IndexPendingMax, x.IndexPending/mb)
 		w.GoroutinesMax, w.GoroutinesEnd = max(w.GoroutinesMax, x.Goroutines), x.Goroutines
 		w.BlobMax, w.Budget = max(w.BlobMax, x.BlobBytes/mb), x.Budget/mb
 		w.Destroyed, w.Evictions = x.Destroyed-prev.Destroyed, x.Evictions-prev.Evictions
@@ -255,6 +266,9 @@ func (w Window) line() string {
 		w.Misses, w.S5xx, w.S500, w.Wrong, w.PendingEnd, w.GoroutinesEnd, w.BlobMax, w.Budget, w.Destroyed)
 	if w.BacklogMax >= 0 {
 		s += fmt.Sprintf("  backlog max %.0f end %.0f", w.BacklogMax, w.BacklogEnd)
+	}
+	if w.IndexEnd > 0 {
+		s += fmt.Sprintf("  index %.1f MB (free %.1f, pinned max %.1f)", w.IndexEnd, w.IndexFreeEnd, w.IndexPendingMax)
 	}
 	if w.Phase == "drain" {
 		s += "  (after the load)"
@@ -341,7 +355,8 @@ func (r *run) result(loadEnd time.Duration, drain Drain) *Result {
 	over := overBudget(s)
 	for _, x := range s {
 		res.Samples = append(res.Samples, Sample{At: x.At.Seconds(), OK: x.OK, RSS: float64(x.RSS) / mb,
-			Anon: float64(x.Anon) / mb, File: float64(x.File) / mb, HeapInuse: x.HeapInuse / mb, Pending: x.Pending,
+			Anon: float64(x.Anon) / mb, File: float64(x.File) / mb, HeapInuse: x.HeapInuse / mb,
+			Index: x.Index / mb, IndexFree: x.IndexFree / mb, IndexPending: x.IndexPending / mb, Pending: x.Pending,
 			Backlog: x.Backlog, Goroutines: x.Goroutines, Entries: x.Entries, BlobBytes: x.BlobBytes, InFlight: x.InFlight,
 			Fetched: x.Fetched, Destroyed: x.Destroyed, Evictions: x.Evictions})
 	}

@@ -65,6 +65,16 @@ type Stats struct {
 	// OpenTx is the number of open transactions (bbolt) or connections in
 	// use (PostgreSQL).
 	OpenTx int
+	// FreeBytes is the part of Bytes no data uses and the engine will
+	// reuse before growing: bbolt's free pages. 0 on PostgreSQL (its
+	// free space is VACUUM's business).
+	FreeBytes int64
+	// PendingBytes is space freed by commits that an open read
+	// transaction may still see: bbolt reuses it once every reader older
+	// than the commit has ended. A figure that keeps growing means a read
+	// transaction lives too long, and the file grows instead. 0 on
+	// PostgreSQL.
+	PendingBytes int64
 }
 
 // Tx is one transaction.

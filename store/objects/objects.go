@@ -1,8 +1,11 @@
 // Package objects is registryd's access to blob bytes kept in an object
 // store (an S3-compatible bucket: AWS S3, MinIO, Ceph RGW, GCS's S3 API),
 // the shared tier under the nodes' local blob directories in cluster mode.
-// store.Blobs is its only user; keys are content-addressed
-// (sha256/ab/cd/<sha>), so an object never changes once written.
+// It is a plain object-store client (keys, prefix, listing, multipart
+// clean-up), kept apart from package store/blob, whose Bucket tier puts
+// content-addressed keys (sha256/ab/cd/<sha>, never changed once written)
+// on it: `registryd migrate` (clustercopy) uploads through it too, and
+// tests wrap it with faults.
 package objects
 
 import (

@@ -1,4 +1,4 @@
-package store
+package blob
 
 import (
 	"errors"
@@ -48,7 +48,7 @@ func TestDiskWatch(t *testing.T) {
 		e.faults.SetSpaceProbe(func() (Space, error) { mu.Lock(); defer mu.Unlock(); calls++; return space, nil })
 	}
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
-	e.b.disk.now = clock.Now
+	e.b.disk.watch.now = clock.Now
 
 	if st := e.b.DiskStatus(); !st.Filling || st.Free != 50<<20 || st.Total != 1<<30 {
 		t.Fatalf("status %+v", st)

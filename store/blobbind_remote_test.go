@@ -15,6 +15,7 @@ import (
 
 	"registryd/internal/testclock"
 	"registryd/internal/testsvc"
+	"registryd/store/blob"
 	"registryd/store/objects"
 )
 
@@ -33,7 +34,9 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 	obj := srv.NewObjects(t, "registryd")
 	// The orphan grace is measured against the object store's clock.
 	c := testclock.New(time.Now().UTC())
-	s, err := Open(t.TempDir(), Options{SecretKey: testKey, Now: c.Now})
+	db, err := boltAt(t.TempDir(), time.Second)
+	noErr(t, err)
+	s, err := Open(Options{SecretKey: testKey, Now: c.Now, Engine: db})
 	noErr(t, err)
 	t.Cleanup(func() { s.Close() })
 	g := topGroup(t, s, "acme")
@@ -44,17 +47,17 @@ func newRemoteEnv(t *testing.T) *remoteEnv {
 
 // node opens a node's blobs: its own data dir over the shared bucket,
 // with the shared cluster lock.
-func (e *remoteEnv) node(t *testing.T, obj objects.Store, budget int64) *Blobs {
+func (e *remoteEnv) node(t *testing.T, obj objects.Store, budget int64) *blob.Store {
 	t.Helper()
 	if obj == nil {
 		obj = e.obj
 	}
-	b, err := OpenBlobsRemote(t.TempDir(), RemoteBlobs{Objects: obj, LocalCacheBytes: budget, Lock: e.locks.lock})
+	b, err := blob.OpenTiered(t.TempDir(), blob.TieredOptions{Objects: obj, LocalCacheBytes: budget, Lock: e.locks.lock})
 	noErr(t, err)
 	return b
 }
 
-func (e *remoteEnv) publish(t testing.TB, b *Blobs, rel, content string) (CacheEntry, error) {
+func (e *remoteEnv) publish(t testing.TB, b *blob.Store, rel, content string) (CacheEntry, error) {
 	t.Helper()
 	w, err := b.Create()
 	noErr(t, err)
@@ -63,12 +66,12 @@ func (e *remoteEnv) publish(t testing.TB, b *Blobs, rel, content string) (CacheE
 	}
 	d, err := w.Finish()
 	noErr(t, err)
-	return b.Publish(e.s, w, d, CacheEntry{UpstreamID: e.up, RelativePath: rel, ContentType: "text/plain"})
+	return e.s.Publish(b, w, d, CacheEntry{UpstreamID: e.up, RelativePath: rel, ContentType: "text/plain"})
 }
 
 func (e *remoteEnv) object(t testing.TB, sha string) (objects.Info, bool) {
 	t.Helper()
-	i, err := e.obj.Stat(context.Background(), ObjectKey(sha))
+	i, err := e.obj.Stat(context.Background(), blob.ObjectKey(sha))
 	if errors.Is(err, objects.ErrNotFound) {
 		return i, false
 	}
@@ -76,7 +79,7 @@ func (e *remoteEnv) object(t testing.TB, sha string) (objects.Info, bool) {
 	return i, true
 }
 
-func readRemote(b *Blobs, sha string, size int64) ([]byte, error) {
+func readRemote(b *blob.Store, sha string, size int64) ([]byte, error) {
 	r, err := b.OpenRemote(context.Background(), sha, size)
 	if err != nil {
 		return nil, err
@@ -184,7 +187,7 @@ func TestRemotePublishUploadsBeforeCommit(t *testing.T) {
 	if exists(b.Path(sha("the bytes"))) || func() bool { _, ok := e.object(t, sha("the bytes")); return ok }() {
 		t.Fatal("a failed publish left a blob behind")
 	}
-	if used, _ := b.localCache(); used != 0 {
+	if used, _ := b.LocalCache(); used != 0 {
 		t.Fatalf("local tier counts %d bytes after a failed publish", used)
 	}
 	tmp, _ := os.ReadDir(b.TempDir())
@@ -227,7 +230,7 @@ func TestRemoteSecondNodeStreamsFromTheBucket(t *testing.T) {
 	if n, bytes := b.Stats(); n != 1 || bytes != ent.Size {
 		t.Fatalf("B Stats = %d, %d", n, bytes)
 	}
-	if used, _ := b.localCache(); used != ent.Size {
+	if used, _ := b.LocalCache(); used != ent.Size {
 		t.Fatalf("B's tier counts %d bytes, want %d", used, ent.Size)
 	}
 	// A missing object is ErrNotFound (the proxy then fetches the file
@@ -264,11 +267,11 @@ func TestRemoteLocalTierStaysWithinBudget(t *testing.T) {
 		}
 		// Keep blob 0 hot on A: the LRU must spare it.
 		a.Touch(ents[0].SHA256)
-		for name, n := range map[string]*Blobs{"A": a, "B": b} {
+		for name, n := range map[string]*blob.Store{"A": a, "B": b} {
 			if disk := dirBytes(t, n); disk > budget {
 				t.Fatalf("after %d blobs node %s holds %d bytes of blob files, budget %d", i+1, name, disk, budget)
 			}
-			if used, _ := n.localCache(); used > budget {
+			if used, _ := n.LocalCache(); used > budget {
 				t.Fatalf("node %s's tier counts %d bytes", name, used)
 			}
 		}
@@ -286,18 +289,18 @@ func TestRemoteLocalTierStaysWithinBudget(t *testing.T) {
 		}
 	}
 	// A restart (Sweep) reads the tier back within the budget.
-	b2, err := OpenBlobsRemote(filepath.Dir(filepath.Dir(a.root)), RemoteBlobs{Objects: e.obj, LocalCacheBytes: 3000})
+	b2, err := blob.OpenTiered(filepath.Dir(a.TempDir()), blob.TieredOptions{Objects: e.obj, LocalCacheBytes: 3000})
 	noErr(t, err)
-	sw, err := b2.Sweep(e.s)
+	sw, err := e.s.SweepBlobs(b2)
 	noErr(t, err)
 	if sw.Bytes > 3000 || dirBytes(t, b2) > 3000 {
 		t.Fatalf("after a restart with a smaller budget: %+v, %d bytes on disk", sw, dirBytes(t, b2))
 	}
 }
 
-func dirBytes(t testing.TB, b *Blobs) int64 {
+func dirBytes(t testing.TB, b *blob.Store) int64 {
 	var n int64
-	filepath.Walk(b.root, func(_ string, fi os.FileInfo, err error) error {
+	filepath.Walk(filepath.Join(filepath.Dir(b.TempDir()), "blobs", "sha256"), func(_ string, fi os.FileInfo, err error) error {
 		if err == nil && fi.Mode().IsRegular() {
 			n += fi.Size()
 		}
@@ -318,9 +321,9 @@ func TestRemoteCorruptObjectIsNeverServed(t *testing.T) {
 	// Same size, other bytes: the read fails before its last bytes.
 	bad := []byte(content)
 	bad[100] ^= 1
-	noErr(t, e.obj.Put(ctx, ObjectKey(ent.SHA256), bytes.NewReader(bad), int64(len(bad))))
+	noErr(t, e.obj.Put(ctx, blob.ObjectKey(ent.SHA256), bytes.NewReader(bad), int64(len(bad))))
 	got, err := readRemote(b, ent.SHA256, ent.Size)
-	if !errors.Is(err, ErrObjectMismatch) || int64(len(got)) >= ent.Size {
+	if !errors.Is(err, blob.ErrObjectMismatch) || int64(len(got)) >= ent.Size {
 		t.Fatalf("a corrupt object read as %d of %d bytes, err %v", len(got), ent.Size, err)
 	}
 	if exists(b.Path(ent.SHA256)) {
@@ -333,13 +336,13 @@ func TestRemoteCorruptObjectIsNeverServed(t *testing.T) {
 
 	// Truncated: announced shorter than the index says, refused up front
 	// as missing.
-	noErr(t, e.obj.Put(ctx, ObjectKey(ent.SHA256), strings.NewReader(content[:100]), 100))
-	if _, err := b.OpenRemote(ctx, ent.SHA256, ent.Size); !errors.Is(err, objects.ErrNotFound) || !errors.Is(err, ErrObjectMismatch) {
+	noErr(t, e.obj.Put(ctx, blob.ObjectKey(ent.SHA256), strings.NewReader(content[:100]), 100))
+	if _, err := b.OpenRemote(ctx, ent.SHA256, ent.Size); !errors.Is(err, objects.ErrNotFound) || !errors.Is(err, blob.ErrObjectMismatch) {
 		t.Fatalf("OpenRemote of a truncated object: %v", err)
 	}
 
 	// Cut mid-body (the bucket went away): an error, no local file.
-	noErr(t, e.obj.Put(ctx, ObjectKey(ent.SHA256), strings.NewReader(content), int64(len(content))))
+	noErr(t, e.obj.Put(ctx, blob.ObjectKey(ent.SHA256), strings.NewReader(content), int64(len(content))))
 	c := e.node(t, &faultyObjects{Store: e.obj, getCut: 1000}, 1<<20)
 	got, err = readRemote(c, ent.SHA256, ent.Size)
 	if !errors.Is(err, objects.ErrUnavailable) || len(got) != 1000 {
@@ -352,7 +355,7 @@ func TestRemoteCorruptObjectIsNeverServed(t *testing.T) {
 	if len(tmp) != 0 {
 		t.Fatalf("temp files left: %v", tmp)
 	}
-	if used, _ := c.localCache(); used != 0 {
+	if used, _ := c.LocalCache(); used != 0 {
 		t.Fatalf("tier counts %d bytes after a cut read", used)
 	}
 }
@@ -364,11 +367,11 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 	noErr(t, err)
 	// A node that died between its upload and its commit.
 	orphan := sha("orphaned")
-	noErr(t, e.obj.Put(context.Background(), ObjectKey(orphan), strings.NewReader("orphaned"), 8))
+	noErr(t, e.obj.Put(context.Background(), blob.ObjectKey(orphan), strings.NewReader("orphaned"), 8))
 	// Not blob-shaped: left alone.
 	noErr(t, e.obj.Put(context.Background(), "sha256/zz/other", strings.NewReader("x"), 1))
 
-	r, err := a.sweepOrphans(context.Background(), e.s)
+	r, err := e.s.sweepOrphans(context.Background(), a)
 	noErr(t, err)
 	if r.Removed != 0 || r.Objects != 3 {
 		t.Fatalf("sweep within the grace: %+v", r)
@@ -377,7 +380,7 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 		t.Fatal("an orphan younger than the grace was deleted")
 	}
 	e.clock.Advance(time.Hour + time.Minute)
-	r, err = a.sweepOrphans(context.Background(), e.s)
+	r, err = e.s.sweepOrphans(context.Background(), a)
 	noErr(t, err)
 	if r.Removed != 1 || r.RemovedBytes != 8 {
 		t.Fatalf("sweep after the grace: %+v", r)
@@ -395,9 +398,9 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 	// Collect runs the sweep too (every quarter of the grace), and deletes
 	// the objects of collected entries.
 	e.clock.Set(time.Now().UTC())
-	noErr(t, e.obj.Put(context.Background(), ObjectKey(orphan), strings.NewReader("orphaned"), 8))
+	noErr(t, e.obj.Put(context.Background(), blob.ObjectKey(orphan), strings.NewReader("orphaned"), 8))
 	noErr(t, e.s.DeleteCacheEntry(e.up, "/kept.jar"))
-	c, err := a.Collect(e.s, 100)
+	c, err := e.s.CollectBlobs(a, 100)
 	noErr(t, err)
 	if c.Entries != 1 || c.BlobsRemoved != 1 {
 		t.Fatalf("Collect = %+v", c)
@@ -409,13 +412,13 @@ func TestRemoteOrphansSweptAfterGrace(t *testing.T) {
 		t.Fatal("Collect left the local file")
 	}
 	e.clock.Advance(16 * time.Minute)
-	c, err = a.Collect(e.s, 100)
+	c, err = e.s.CollectBlobs(a, 100)
 	noErr(t, err)
 	if c.BlobsRemoved != 0 { // the new orphan is younger than the grace
 		t.Fatalf("Collect removed %d objects within the grace", c.BlobsRemoved)
 	}
 	e.clock.Advance(time.Hour)
-	c, err = a.Collect(e.s, 100)
+	c, err = e.s.CollectBlobs(a, 100)
 	noErr(t, err)
 	if c.BlobsRemoved != 1 {
 		t.Fatalf("Collect after the grace = %+v", c)
@@ -434,7 +437,7 @@ func TestRemoteReapWaitsForPublishOnAnotherNode(t *testing.T) {
 	proceed := make(chan struct{})
 	var once sync.Once
 	fb := &faultyObjects{Store: e.obj, stat: func(key string) {
-		if key == ObjectKey(digest) {
+		if key == blob.ObjectKey(digest) {
 			once.Do(func() { close(statted); <-proceed })
 		}
 	}}
@@ -457,7 +460,7 @@ func TestRemoteReapWaitsForPublishOnAnotherNode(t *testing.T) {
 	}
 	e.locks.mu.Unlock()
 	collected := make(chan CollectResult, 1)
-	go func() { r, err := a.Collect(e.s, 100); noErr(t, err); collected <- r }()
+	go func() { r, err := e.s.CollectBlobs(a, 100); noErr(t, err); collected <- r }()
 	<-waiting // A's reap asks for the lock B holds
 	close(proceed)
 	noErr(t, <-published)
@@ -475,16 +478,16 @@ func TestRemoteReapWaitsForPublishOnAnotherNode(t *testing.T) {
 	}
 }
 
-func TestOpenBlobsRemoteValidates(t *testing.T) {
-	if _, err := OpenBlobsRemote(t.TempDir(), RemoteBlobs{LocalCacheBytes: 1}); err == nil {
+func TestOpenTieredValidates(t *testing.T) {
+	if _, err := blob.OpenTiered(t.TempDir(), blob.TieredOptions{LocalCacheBytes: 1}); err == nil {
 		t.Fatal("no object store accepted")
 	}
-	if _, err := OpenBlobsRemote(t.TempDir(), RemoteBlobs{Objects: &faultyObjects{}}); err == nil {
+	if _, err := blob.OpenTiered(t.TempDir(), blob.TieredOptions{Objects: &faultyObjects{}}); err == nil {
 		t.Fatal("no local cache size accepted")
 	}
-	b, err := OpenBlobs(t.TempDir(), BlobOptions{})
+	b, err := blob.Open(t.TempDir(), blob.Options{})
 	noErr(t, err)
-	if _, err := b.OpenRemote(context.Background(), sha("x"), 1); !errors.Is(err, ErrNotRemote) {
+	if _, err := b.OpenRemote(context.Background(), sha("x"), 1); !errors.Is(err, blob.ErrNotRemote) {
 		t.Fatalf("OpenRemote on disk blobs: %v", err)
 	}
 	b.Touch(sha("x")) // a no-op

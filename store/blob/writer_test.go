@@ -1,4 +1,4 @@
-package store
+package blob
 
 import (
 	"crypto/md5"
@@ -29,11 +29,11 @@ func wantDigests(b []byte) Digests {
 		SHA256: hex.EncodeToString(s2[:]), SHA512: hex.EncodeToString(s5[:])}
 }
 
-// hashers counts the goroutines running BlobWriter.hash.
+// hashers counts the goroutines running Writer.hash.
 func hashers() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "store.(*BlobWriter).hash(")
+	return strings.Count(string(buf), "store.(*Writer).hash(")
 }
 
 // TestBlobWriterHashesBehindTheWriter writes in the shapes a fill and an
@@ -62,8 +62,8 @@ func TestBlobWriterHashesBehindTheWriter(t *testing.T) {
 			noErr(t, err)
 			defer w.Abort()
 			if c.noSlots {
-				for range cap(e.b.hashSlots) {
-					e.b.hashSlots <- struct{}{}
+				for range cap(e.b.disk.hashSlots) {
+					e.b.disk.hashSlots <- struct{}{}
 				}
 			}
 			for off := 0; off < len(body); off += c.chunk {
@@ -72,8 +72,8 @@ func TestBlobWriterHashesBehindTheWriter(t *testing.T) {
 				}
 			}
 			if c.noSlots {
-				for range cap(e.b.hashSlots) {
-					<-e.b.hashSlots
+				for range cap(e.b.disk.hashSlots) {
+					<-e.b.disk.hashSlots
 				}
 			}
 			d, err := w.Finish()
@@ -94,16 +94,16 @@ func TestBlobWriterHashesBehindTheWriter(t *testing.T) {
 func TestBlobWriterAbortReapsHashers(t *testing.T) {
 	e := newBlobEnv(t)
 	holdSlots := func() {
-		for range cap(e.b.hashSlots) {
-			e.b.hashSlots <- struct{}{}
+		for range cap(e.b.disk.hashSlots) {
+			e.b.disk.hashSlots <- struct{}{}
 		}
 	}
 	freeSlots := func() {
-		for range cap(e.b.hashSlots) {
-			<-e.b.hashSlots
+		for range cap(e.b.disk.hashSlots) {
+			<-e.b.disk.hashSlots
 		}
 	}
-	write := func(t *testing.T, w *BlobWriter, n int) {
+	write := func(t *testing.T, w *Writer, n int) {
 		body := patterned(n)
 		for off := 0; off < n; off += 256 << 10 {
 			if _, err := w.Write(body[off:min(off+256<<10, n)]); err != nil {
@@ -111,7 +111,7 @@ func TestBlobWriterAbortReapsHashers(t *testing.T) {
 			}
 		}
 	}
-	state := func(w *BlobWriter, idle, behind int) func() bool {
+	state := func(w *Writer, idle, behind int) func() bool {
 		return func() bool {
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -122,22 +122,22 @@ func TestBlobWriterAbortReapsHashers(t *testing.T) {
 		name string
 		// run brings w into the state Abort must cope with; it returns
 		// what to do after Abort.
-		run func(t *testing.T, w *BlobWriter) (after func())
+		run func(t *testing.T, w *Writer) (after func())
 	}{
-		{name: "before any write", run: func(t *testing.T, w *BlobWriter) func() { return nil }},
-		{name: "caught up, waiting for bytes", run: func(t *testing.T, w *BlobWriter) func() {
+		{name: "before any write", run: func(t *testing.T, w *Writer) func() { return nil }},
+		{name: "caught up, waiting for bytes", run: func(t *testing.T, w *Writer) func() {
 			write(t, w, 1000)
 			waitFor(t, state(w, len(hashGroups), 0))
 			return nil
 		}},
-		{name: "fell behind, waiting for the end", run: func(t *testing.T, w *BlobWriter) func() {
+		{name: "fell behind, waiting for the end", run: func(t *testing.T, w *Writer) func() {
 			holdSlots()
 			write(t, w, 3*hashLagMax)
 			freeSlots()
 			waitFor(t, state(w, 0, len(hashGroups)))
 			return nil
 		}},
-		{name: "waiting for a slot", run: func(t *testing.T, w *BlobWriter) func() {
+		{name: "waiting for a slot", run: func(t *testing.T, w *Writer) func() {
 			holdSlots()
 			write(t, w, 3*hashPiece)
 			return freeSlots
@@ -194,15 +194,15 @@ func TestBlobWriterDetectsAShrunkTempFile(t *testing.T) {
 	w, err := e.b.Create()
 	noErr(t, err)
 	defer w.Abort()
-	for range cap(e.b.hashSlots) {
-		e.b.hashSlots <- struct{}{}
+	for range cap(e.b.disk.hashSlots) {
+		e.b.disk.hashSlots <- struct{}{}
 	}
 	if _, err := w.Write(patterned(3 * hashPiece)); err != nil {
 		t.Fatal(err)
 	}
 	noErr(t, os.Truncate(w.Name(), hashPiece))
-	for range cap(e.b.hashSlots) {
-		<-e.b.hashSlots
+	for range cap(e.b.disk.hashSlots) {
+		<-e.b.disk.hashSlots
 	}
 	if _, err := w.Finish(); err == nil || !strings.Contains(err.Error(), "reading back the temp file") {
 		t.Fatalf("Finish = %v, want a read-back error", err)
@@ -214,12 +214,7 @@ func TestBlobWriterDetectsAShrunkTempFile(t *testing.T) {
 // clients wait for: the hashers keep off that path) and finish-ns is Finish
 // (the hashing the writer outran, and the fsync).
 func BenchmarkBlobWriter64MiB(b *testing.B) {
-	s, err := openAt(b, b.TempDir(), Options{SecretKey: testKey})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	blobs, err := OpenBlobs(b.TempDir(), BlobOptions{})
+	blobs, err := Open(b.TempDir(), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

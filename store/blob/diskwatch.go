@@ -1,20 +1,14 @@
-package store
+package blob
 
 import (
-	"crypto/md5"
-	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// A full data volume. The blob store and the index share DATA_DIR, so when it
+// A full data volume. The blobs and the index share DATA_DIR, so when it
 // fills up a fill cannot write its temp file, and a commit of registry.db
 // cannot write its pages. Neither may break a download: the proxy then
 // streams files to their clients without caching them (proxy/passthrough.go),
@@ -115,10 +109,10 @@ func (d *diskWatch) reserve() int64 {
 // below streams uncached, until eviction has made room. Without it, each
 // fill on a volume that other data keeps below the mark would be written,
 // then evicted at the next check.
-func (b *Blobs) SetMinFree(frac float64) {
-	b.disk.mu.Lock()
-	b.disk.minFree = frac
-	b.disk.mu.Unlock()
+func (b *Disk) SetMinFree(frac float64) {
+	b.watch.mu.Lock()
+	b.watch.minFree = frac
+	b.watch.mu.Unlock()
 }
 
 // statusLocked is the volume's state; avail is what a new fill may write.
@@ -166,8 +160,8 @@ func formatBytes(n int64) string {
 }
 
 // DiskStatus reports whether fills write to the cache now.
-func (b *Blobs) DiskStatus() DiskStatus {
-	d := &b.disk
+func (b *Disk) DiskStatus() DiskStatus {
+	d := &b.watch
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refreshLocked(false)
@@ -177,8 +171,8 @@ func (b *Blobs) DiskStatus() DiskStatus {
 
 // Space reports the data volume's free and total bytes, at most spaceMaxAge
 // old.
-func (b *Blobs) Space() (Space, error) {
-	d := &b.disk
+func (b *Disk) Space() (Space, error) {
+	d := &b.watch
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refreshLocked(false)
@@ -187,8 +181,8 @@ func (b *Blobs) Space() (Space, error) {
 
 // SpaceNow is Space read afresh: for eviction, which must see the space
 // its own last run freed.
-func (b *Blobs) SpaceNow() (Space, error) {
-	d := &b.disk
+func (b *Disk) SpaceNow() (Space, error) {
+	d := &b.watch
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refreshLocked(true)
@@ -201,8 +195,8 @@ func (b *Blobs) SpaceNow() (Space, error) {
 // would not fit. Otherwise the bytes are promised to the fill until release
 // is called (once the blob is published or dropped), so that fills starting
 // together do not each count the same free space.
-func (b *Blobs) Reserve(size int64) (release func(), ok bool) {
-	d := &b.disk
+func (b *Disk) Reserve(size int64) (release func(), ok bool) {
+	d := &b.watch
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refreshLocked(false)
@@ -225,8 +219,8 @@ func (b *Blobs) Reserve(size int64) (release func(), ok bool) {
 // NoteDiskFull records a write that failed for want of space (see
 // IsDiskFull): fills stay uncached for a while, or until the volume has
 // more room than it had just after the failure.
-func (b *Blobs) NoteDiskFull() {
-	d := &b.disk
+func (b *Disk) NoteDiskFull() {
+	d := &b.watch
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refreshLocked(true)
@@ -235,13 +229,13 @@ func (b *Blobs) NoteDiskFull() {
 }
 
 // Faults stand in for a full data volume, for tests that cannot fill a
-// real one (store's, and the proxy's disk-full tests): the volume's figures
+// real one (blob's, and the proxy's disk-full tests): the volume's figures
 // are what the test says, and writes to temp files fail as on a full
-// volume. A test gives one to OpenBlobs (BlobOptions.Faults) and changes it
-// as it goes; nothing else makes one. One Faults serves one Blobs.
+// volume. A test gives one to Open (Options.Faults) and changes it
+// as it goes; nothing else makes one. One Faults serves one Store.
 type Faults struct {
 	mu    sync.Mutex
-	disk  *diskWatch     // of the Blobs opened with it
+	disk  *diskWatch     // of the Store opened with it
 	fault writeFaultFunc // nil: writes succeed
 }
 
@@ -286,7 +280,7 @@ func (f *Faults) NoWriteFault() {
 }
 
 // writeFault is the fault of a new temp file; nil without Faults.
-func (b *Blobs) writeFault() writeFaultFunc {
+func (b *Disk) writeFault() writeFaultFunc {
 	if b.faults == nil {
 		return nil
 	}
@@ -303,21 +297,3 @@ type wrapErr struct {
 
 func (e *wrapErr) Error() string { return e.op + ": " + e.err.Error() }
 func (e *wrapErr) Unwrap() error { return e.err }
-
-// NewHashes returns fresh running digests in the order of Detach's: md5,
-// sha1, sha256, sha512.
-func NewHashes() [4]hash.Hash {
-	return [4]hash.Hash{md5.New(), sha1.New(), sha256.New(), sha512.New()}
-}
-
-// SumHashes returns the digests of running hashes (as Detach and NewHashes
-// give them) over size bytes.
-func SumHashes(sums [4]hash.Hash, size int64) Digests {
-	return Digests{
-		Size:   size,
-		MD5:    hex.EncodeToString(sums[0].Sum(nil)),
-		SHA1:   hex.EncodeToString(sums[1].Sum(nil)),
-		SHA256: hex.EncodeToString(sums[2].Sum(nil)),
-		SHA512: hex.EncodeToString(sums[3].Sum(nil)),
-	}
-}

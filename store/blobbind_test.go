@@ -1,40 +1,37 @@
 package store
 
 import (
-	"crypto/md5"
-	"crypto/sha1"
 	"crypto/sha256"
-	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"registryd/store/blob"
 )
 
 // blobEnv is a store with one registry and upstream, and a blob store.
 type blobEnv struct {
-	s      *Store
-	b      *Blobs
-	faults *Faults // of b
-	up     int64
+	s  *Store
+	b  *blob.Store
+	up int64
 }
 
 func newBlobEnv(t *testing.T) blobEnv {
 	t.Helper()
 	s, _ := openTest(t)
-	faults := &Faults{}
-	b, err := OpenBlobs(t.TempDir(), BlobOptions{Faults: faults}) // not s.Path()'s dir: on another testEngine, Path is a DSN
+	b, err := blob.Open(t.TempDir(), blob.Options{}) // not s.Path()'s dir: on another testEngine, Path is a DSN
 	noErr(t, err)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
 	u := up(t, s, r.ID, "https://repo.example.com/maven2")
-	return blobEnv{s: s, b: b, faults: faults, up: u.ID}
+	return blobEnv{s: s, b: b, up: u.ID}
 }
 
 // finished writes content to a new blob writer in two chunks and finishes it.
-func (e blobEnv) finished(t testing.TB, content string) (*BlobWriter, Digests) {
+func (e blobEnv) finished(t testing.TB, content string) (*blob.Writer, blob.Digests) {
 	t.Helper()
 	w, err := e.b.Create()
 	noErr(t, err)
@@ -69,69 +66,7 @@ func (e blobEnv) tryPublish(rel, content string) (CacheEntry, error) {
 	if err != nil {
 		return CacheEntry{}, err
 	}
-	return e.b.Publish(e.s, w, d, CacheEntry{UpstreamID: e.up, RelativePath: rel, ContentType: "text/plain"})
-}
-
-func sha(content string) string {
-	h := sha256.Sum256([]byte(content))
-	return hex.EncodeToString(h[:])
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
-func TestOpenBlobsClearsTmp(t *testing.T) {
-	dir := t.TempDir()
-	tmp := filepath.Join(dir, "tmp")
-	noErr(t, os.MkdirAll(filepath.Join(tmp, "sub"), 0o750))
-	noErr(t, os.WriteFile(filepath.Join(tmp, "blob-123"), []byte("half a jar"), 0o600))
-	noErr(t, os.WriteFile(filepath.Join(tmp, "sub", "x"), []byte("x"), 0o600))
-	b, err := OpenBlobs(dir, BlobOptions{})
-	noErr(t, err)
-	ents, err := os.ReadDir(b.TempDir())
-	noErr(t, err)
-	if len(ents) != 0 {
-		t.Fatalf("tmp holds %d entries after OpenBlobs, want 0", len(ents))
-	}
-	if !exists(filepath.Join(dir, "blobs", "sha256")) {
-		t.Fatal("blobs/sha256 was not created")
-	}
-}
-
-func TestBlobWriterDigests(t *testing.T) {
-	e := newBlobEnv(t)
-	for _, content := range []string{"", "x", "hello, maven\n", string(make([]byte, 300<<10))} {
-		t.Run(fmt.Sprintf("len%d", len(content)), func(t *testing.T) {
-			w, d := e.finished(t, content)
-			defer w.Abort()
-			m, s1, s5 := md5.Sum([]byte(content)), sha1.Sum([]byte(content)), sha512.Sum512([]byte(content))
-			want := Digests{Size: int64(len(content)), MD5: hex.EncodeToString(m[:]), SHA1: hex.EncodeToString(s1[:]),
-				SHA256: sha(content), SHA512: hex.EncodeToString(s5[:])}
-			if d != want {
-				t.Fatalf("digests = %+v\nwant %+v", d, want)
-			}
-			raw, err := os.ReadFile(w.Name())
-			noErr(t, err)
-			if string(raw) != content {
-				t.Fatalf("temp file holds %d bytes, want %d", len(raw), len(content))
-			}
-		})
-	}
-}
-
-func TestAbortRemovesTemp(t *testing.T) {
-	e := newBlobEnv(t)
-	w, err := e.b.Create()
-	noErr(t, err)
-	_, _ = w.Write([]byte("partial"))
-	name := w.Name()
-	w.Abort()
-	w.Abort() // twice is fine
-	if exists(name) {
-		t.Fatal("temp file survived Abort")
-	}
+	return e.s.Publish(e.b, w, d, CacheEntry{UpstreamID: e.up, RelativePath: rel, ContentType: "text/plain"})
 }
 
 func TestPublishStoresEqualBytesOnce(t *testing.T) {
@@ -184,7 +119,7 @@ func TestPublishReplacingFreesTheOldBlob(t *testing.T) {
 func TestPublishFailureLeavesNoBlob(t *testing.T) {
 	e := newBlobEnv(t)
 	w, d := e.finished(t, "orphan to be")
-	_, err := e.b.Publish(e.s, w, d, CacheEntry{UpstreamID: 999, RelativePath: "/x.jar"})
+	_, err := e.s.Publish(e.b, w, d, CacheEntry{UpstreamID: 999, RelativePath: "/x.jar"})
 	if err == nil {
 		t.Fatal("Publish for an unknown upstream succeeded")
 	}
@@ -194,7 +129,7 @@ func TestPublishFailureLeavesNoBlob(t *testing.T) {
 	if n, _ := e.b.Stats(); n != 0 {
 		t.Fatalf("Stats = %d blobs, want 0", n)
 	}
-	if _, err := e.b.Publish(e.s, w, d, CacheEntry{UpstreamID: e.up, RelativePath: "/x.jar"}); err == nil {
+	if _, err := e.s.Publish(e.b, w, d, CacheEntry{UpstreamID: e.up, RelativePath: "/x.jar"}); err == nil {
 		t.Fatal("a writer was published twice")
 	}
 }
@@ -207,7 +142,7 @@ func TestCollectRemovesUnreferencedBlobs(t *testing.T) {
 
 	noErr(t, e.s.DeleteCacheEntry(e.up, "/g/a/1/a-1.jar"))
 	noErr(t, e.s.DeleteCacheEntry(e.up, "/g/c/1/c-1.jar"))
-	r, err := e.b.Collect(e.s, 100)
+	r, err := e.s.CollectBlobs(e.b, 100)
 	noErr(t, err)
 	if r.Entries != 2 || r.BlobsRemoved != 1 || r.BytesFreed != 6 {
 		t.Fatalf("Collect = %+v, want 2 entries, 1 blob, 6 bytes", r)
@@ -218,7 +153,7 @@ func TestCollectRemovesUnreferencedBlobs(t *testing.T) {
 	if exists(e.b.Path(c.SHA256)) {
 		t.Fatal("unreferenced blob kept")
 	}
-	if r, _ := e.b.Collect(e.s, 100); r.Entries != 0 {
+	if r, _ := e.s.CollectBlobs(e.b, 100); r.Entries != 0 {
 		t.Fatalf("second Collect destroyed %d entries", r.Entries)
 	}
 }
@@ -237,7 +172,7 @@ func TestCollectSparesARepublishedBlob(t *testing.T) {
 		t.Fatalf("CollectPending = %+v", col)
 	}
 	e.publish(t, "/g/b/1/b-1.jar", "popular bytes")
-	if removed, _ := e.b.reap(e.s, a.SHA256); removed {
+	if removed, _ := e.s.reap(e.b, a.SHA256); removed {
 		t.Fatal("the collector removed a blob a fill had just published")
 	}
 	if !exists(e.b.Path(a.SHA256)) {
@@ -275,7 +210,7 @@ func TestCollectPublishConcurrently(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range rounds {
-			if _, err := e.b.Collect(e.s, 4); err != nil {
+			if _, err := e.s.CollectBlobs(e.b, 4); err != nil {
 				t.Error(err)
 				return
 			}
@@ -303,7 +238,7 @@ func TestSweepRemovesOrphans(t *testing.T) {
 	stranger := filepath.Join(filepath.Dir(e.b.Path(orphan)), "README")
 	noErr(t, os.WriteFile(stranger, []byte("not a blob"), 0o600))
 
-	r, err := e.b.Sweep(e.s)
+	r, err := e.s.SweepBlobs(e.b)
 	noErr(t, err)
 	if r.Blobs != 1 || r.Bytes != 10 || r.Removed != 1 || r.RemovedBytes != 12 {
 		t.Fatalf("Sweep = %+v", r)
@@ -316,19 +251,12 @@ func TestSweepRemovesOrphans(t *testing.T) {
 	}
 }
 
-func TestValidDigest(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want bool
-	}{
-		{sha("x"), true},
-		{"", false},
-		{sha("x")[:63], false},
-		{"../" + sha("x")[3:], false},
-		{"AB" + sha("x")[2:], false},
-	} {
-		if got := ValidDigest(c.in); got != c.want {
-			t.Errorf("ValidDigest(%q) = %v", c.in, got)
-		}
-	}
+func sha(content string) string {
+	h := sha256.Sum256([]byte(content))
+	return hex.EncodeToString(h[:])
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
