@@ -167,7 +167,9 @@ func consoleHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer browsers send
+	// "Origin: null" with the forms, which sameOrigin refuses.
+	h.Set("Referrer-Policy", "same-origin")
 }
 
 // pageData is what every page template gets.

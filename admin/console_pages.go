@@ -263,12 +263,17 @@ func (c *console) cacheEntriesPage(w http.ResponseWriter, r *http.Request, sess 
 	if search != "" {
 		back.Set("search", search)
 	}
+	var g cGroup
+	if _, err := c.get(r, sess, "/api/v4/groups/"+strconv.FormatInt(up.GroupID, 10), &g); err != nil {
+		return c.fail(w, r, sess, err)
+	}
 	c.render(w, http.StatusOK, "cache_entries", sess, "Cache of "+up.Name, struct {
+		Group    cGroup
 		Upstream cUpstream
 		Entries  []cEntry
 		Search   string
 		Pager    pager
-	}{up, entries, search, pagerOf(a, consolePrefix+"upstreams/"+id+"/cache_entries", back)})
+	}{g, up, entries, search, pagerOf(a, consolePrefix+"upstreams/"+id+"/cache_entries", back)})
 	return nil
 }
 
