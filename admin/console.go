@@ -55,6 +55,8 @@ type consoleSession struct {
 	user    consoleUser
 	expires time.Time
 	flash   string
+	// flashFailed marks the flash as the report of a failure.
+	flashFailed bool
 }
 
 type console struct {
@@ -150,6 +152,8 @@ func (s *Server) routesConsole() {
 	s.handle(http.MethodPost, "/-/console/registry_upstreams/{id}/position", c.signedIn(c.movePosition))
 	s.handle(http.MethodGet, "/-/console/upstreams/{id}/cache_entries", c.signedIn(c.cacheEntriesPage))
 	s.handle(http.MethodPost, "/-/console/upstreams/{id}/invalidate", c.signedIn(c.invalidateAll))
+	s.handle(http.MethodPost, "/-/console/upstreams/{id}/test", c.signedIn(c.testConnection))
+	s.handle(http.MethodGet, "/-/console/groups/{id}/cleanup_dry_run", c.signedIn(c.cleanupDryRunPage))
 	s.handle(http.MethodPost, "/-/console/cache_entries/delete", c.signedIn(c.deleteEntry))
 	s.handle(http.MethodPost, "/-/console/cache_entries/invalidate", c.signedIn(c.invalidateEntry))
 	s.handle(http.MethodGet, "/-/console/audit_events", c.signedIn(c.auditPage))
@@ -174,10 +178,11 @@ func consoleHeaders(w http.ResponseWriter) {
 
 // pageData is what every page template gets.
 type pageData struct {
-	Title string
-	User  *consoleUser
-	CSRF  string
-	Flash string
+	Title       string
+	User        *consoleUser
+	CSRF        string
+	Flash       string
+	FlashFailed bool
 	// Status and Message are an error page's.
 	Status  int
 	Message string
@@ -191,7 +196,7 @@ func (c *console) render(w http.ResponseWriter, status int, page string, sess *c
 		u := sess.user
 		pd.User, pd.CSRF = &u, sess.csrf
 		c.mu.Lock()
-		pd.Flash, sess.flash = sess.flash, ""
+		pd.Flash, pd.FlashFailed, sess.flash, sess.flashFailed = sess.flash, sess.flashFailed, "", false
 		c.mu.Unlock()
 	}
 	if e, ok := d.(consoleErr); ok {
@@ -277,9 +282,11 @@ func (c *console) endSession(sess *consoleSession) {
 	c.mu.Unlock()
 }
 
-func (c *console) setFlash(sess *consoleSession, msg string) {
+func (c *console) setFlash(sess *consoleSession, msg string) { c.flashWith(sess, msg, false) }
+
+func (c *console) flashWith(sess *consoleSession, msg string, failed bool) {
 	c.mu.Lock()
-	sess.flash = msg
+	sess.flash, sess.flashFailed = msg, failed
 	c.mu.Unlock()
 }
 

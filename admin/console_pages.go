@@ -108,6 +108,7 @@ type (
 	}
 	cEntry struct {
 		ID             string  `json:"id"`
+		UpstreamID     int64   `json:"upstream_id"`
 		RelativePath   string  `json:"relative_path"`
 		Size           int64   `json:"size"`
 		ContentType    string  `json:"content_type"`
@@ -183,6 +184,7 @@ func (c *console) groupPage(w http.ResponseWriter, r *http.Request, sess *consol
 		// RegistriesNote says why there is no list: a subgroup, or the
 		// API's refusal (virtual registries off under the licence plan).
 		RegistriesNote string
+		Cleanup        groupPolicy
 	}{Group: g}
 	if g.ParentID != nil {
 		d.RegistriesNote = "Virtual registries belong to top-level groups."
@@ -197,6 +199,12 @@ func (c *console) groupPage(w http.ResponseWriter, r *http.Request, sess *consol
 			return c.fail(w, r, sess, errNotOK{a})
 		default:
 			d.RegistriesNote = "Virtual registries: " + a.message()
+		}
+	}
+	if g.ParentID == nil {
+		var a *apiAnswer
+		if d.Cleanup, a = c.cleanupPolicy(r, sess, g.ID); a != nil {
+			return c.fail(w, r, sess, errNotOK{a})
 		}
 	}
 	c.render(w, http.StatusOK, "group", sess, "Group "+g.FullPath, d)
@@ -414,5 +422,117 @@ func (c *console) dependenciesPage(w http.ResponseWriter, r *http.Request, sess 
 		Vulnerable      int
 		Pager           pager
 	}{p, deps, pm, consolePackageManagers, vulnerable, pagerOf(a, consolePrefix+"projects/"+id+"/dependencies", back)})
+	return nil
+}
+
+// testConnection runs the upstream's connection test (the API's GET
+// …/upstreams/:id/test: a HEAD with its stored credentials) and returns to
+// the registry's page with the result.
+func (c *console) testConnection(w http.ResponseWriter, r *http.Request, sess *consoleSession) error {
+	regID, err := strconv.ParseInt(r.PostFormValue("registry_id"), 10, 64)
+	if err != nil || regID <= 0 {
+		c.renderError(w, r, sess, http.StatusBadRequest, "registry_id is invalid")
+		return nil
+	}
+	var up cUpstream
+	if _, err := c.get(r, sess, vrAPI+"/upstreams/"+idParam(r), &up); err != nil {
+		return c.fail(w, r, sess, err)
+	}
+	var res struct {
+		Success bool   `json:"success"`
+		Result  string `json:"result"`
+	}
+	if _, err := c.get(r, sess, vrAPI+"/upstreams/"+strconv.FormatInt(up.ID, 10)+"/test", &res); err != nil {
+		return c.fail(w, r, sess, err)
+	}
+	if res.Success {
+		c.setFlash(sess, "The connection test of "+up.Name+" succeeded.")
+	} else {
+		c.flashWith(sess, "The connection test of "+up.Name+" failed: "+res.Result, true)
+	}
+	http.Redirect(w, r, consolePrefix+"registries/"+strconv.FormatInt(regID, 10), http.StatusSeeOther)
+	return nil
+}
+
+// cPolicy is a group's cleanup policy as the API shows it.
+type cPolicy struct {
+	Enabled          bool    `json:"enabled"`
+	KeepDays         int     `json:"keep_n_days_after_download"`
+	Cadence          int     `json:"cadence"`
+	Status           string  `json:"status"`
+	NextRunAt        *string `json:"next_run_at"`
+	LastRunAt        *string `json:"last_run_at"`
+	LastDeletedCount int64   `json:"last_run_deleted_entries_count"`
+	LastDeletedSize  int64   `json:"last_run_deleted_size"`
+	FailureMessage   *string `json:"failure_message"`
+}
+
+// groupPolicy is the cleanup policy part of the group page.
+type groupPolicy struct {
+	Policy *cPolicy
+	// Note says why there is no policy to show.
+	Note string
+	// CanPreview: the token may run a dry run (it read the policy, or was
+	// told there is none; the API allows both to owners and admins only).
+	CanPreview bool
+}
+
+// cleanupPolicy reads the group's policy for the group page; a non-nil
+// answer is a 401 that ends the page.
+func (c *console) cleanupPolicy(r *http.Request, sess *consoleSession, groupID int64) (groupPolicy, *apiAnswer) {
+	a := c.call(r, sess.token, http.MethodGet, "/api/v4/groups/"+strconv.FormatInt(groupID, 10)+"/-/virtual_registries/cleanup/policy", nil)
+	switch a.status {
+	case http.StatusOK:
+		var p cPolicy
+		if err := a.decode(&p); err != nil {
+			return groupPolicy{Note: "Cleanup policy: unreadable answer."}, nil
+		}
+		return groupPolicy{Policy: &p, CanPreview: true}, nil
+	case http.StatusNotFound:
+		if a.message() == "404 Not found" {
+			return groupPolicy{Note: "This group has no cleanup policy: cached files stay until deleted.", CanPreview: true}, nil
+		}
+	case http.StatusUnauthorized:
+		return groupPolicy{}, a
+	case http.StatusForbidden:
+		return groupPolicy{Note: "Only the group's owners and admins see its cleanup policy."}, nil
+	}
+	return groupPolicy{Note: "Cleanup policy: " + a.message()}, nil
+}
+
+// cleanupDryRunPage shows what a cleanup run would delete now, with the
+// policy's days or those of the form.
+func (c *console) cleanupDryRunPage(w http.ResponseWriter, r *http.Request, sess *consoleSession) error {
+	var g cGroup
+	if _, err := c.get(r, sess, "/api/v4/groups/"+idParam(r), &g); err != nil {
+		return c.fail(w, r, sess, err)
+	}
+	days := strings.TrimSpace(r.URL.Query().Get("keep_n_days_after_download"))
+	q := url.Values{"per_page": {"50"}, "page": {pageParam(r)}}
+	back := url.Values{}
+	if days != "" {
+		q.Set("keep_n_days_after_download", days)
+		back.Set("keep_n_days_after_download", days)
+	}
+	var res struct {
+		Count   int64    `json:"deleted_entries_count"`
+		Size    int64    `json:"deleted_size"`
+		Before  *string  `json:"downloaded_before"`
+		Entries []cEntry `json:"entries"`
+	}
+	id := strconv.FormatInt(g.ID, 10)
+	a, err := c.get(r, sess, "/api/v4/groups/"+id+"/-/virtual_registries/cleanup/policy/dry_run?"+q.Encode(), &res)
+	if err != nil {
+		return c.fail(w, r, sess, err)
+	}
+	c.render(w, http.StatusOK, "cleanup_dry_run", sess, "Cleanup preview of "+g.FullPath, struct {
+		Group   cGroup
+		Days    string
+		Count   int64
+		Size    int64
+		Before  *string
+		Entries []cEntry
+		Pager   pager
+	}{g, days, res.Count, res.Size, res.Before, res.Entries, pagerOf(a, consolePrefix+"groups/"+id+"/cleanup_dry_run", back)})
 	return nil
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"registryd/store"
+	"registryd/upstream"
 )
 
 // browser is a cookie-keeping client of a console under test that does not
@@ -422,4 +424,72 @@ func TestConsoleDependencies(t *testing.T) {
 	o.signIn(e.tokens["outsider"])
 	st, _, body = o.get(page)
 	wantPage(t, "outsider", st, body, http.StatusNotFound, "404 Project Not Found")
+}
+
+// failChecker fails every connection test.
+type failChecker struct{ okChecker }
+
+func (failChecker) Test(context.Context, upstream.Endpoint, string) upstream.TestResult {
+	return upstream.TestResult{Success: false, Result: "Error: Connection refused"}
+}
+
+func TestConsoleTestConnection(t *testing.T) {
+	e := newUpstreamEnv(t)
+	b := newBrowser(t, e.srv)
+	b.signIn(e.tokens["guest"]) // the test needs read only, as in the API
+	regPage := fmt.Sprintf("/-/console/registries/%d", e.registry.ID)
+	b.get(regPage)
+	form := url.Values{"registry_id": {fmt.Sprint(e.registry.ID)}}
+	st, loc, _ := b.post(fmt.Sprintf("/-/console/upstreams/%d/test", e.upstream.ID), form)
+	if st != http.StatusSeeOther || loc != regPage {
+		t.Fatalf("test: %d %q", st, loc)
+	}
+	st, _, body := b.get(regPage)
+	wantPage(t, "after a good test", st, body, http.StatusOK, "The connection test of repo succeeded.")
+	e.srv.up = failChecker{}
+	b.post(fmt.Sprintf("/-/console/upstreams/%d/test", e.upstream.ID), url.Values{"registry_id": {fmt.Sprint(e.registry.ID)}})
+	st, _, body = b.get(regPage)
+	wantPage(t, "after a failed test", st, body, http.StatusOK, `class="flash failed"`,
+		"The connection test of repo failed: Error: Connection refused")
+	// Without the session's CSRF token nothing is tested.
+	st, _, _ = b.post(fmt.Sprintf("/-/console/upstreams/%d/test", e.upstream.ID), url.Values{"csrf": {""}, "registry_id": {"1"}})
+	if st != http.StatusForbidden {
+		t.Fatalf("test without csrf: %d", st)
+	}
+}
+
+func TestConsoleCleanupPreview(t *testing.T) {
+	e := newCacheEntryEnv(t, nil)
+	old := e.put(e.upstream.ID, "/org/example/old/1.0/old-1.0.jar")
+	e.clock.Advance(40 * 24 * time.Hour)
+	e.put(e.upstream.ID, "/org/example/new/1.0/new-1.0.jar")
+	groupPage := fmt.Sprintf("/-/console/groups/%d", e.group.ID)
+
+	owner := newBrowser(t, e.srv)
+	owner.signIn(e.tokens["owner"])
+	st, _, body := owner.get(groupPage)
+	wantPage(t, "group without policy", st, body, http.StatusOK, "This group has no cleanup policy", "Preview a cleanup")
+	st, _, body = owner.get(groupPage + "/cleanup_dry_run?keep_n_days_after_download=30")
+	wantPage(t, "dry run", st, body, http.StatusOK, "would delete", "1 files", old.RelativePath, "Nothing was deleted")
+	if strings.Contains(body, "new-1.0.jar") {
+		t.Fatal("the dry run lists a file downloaded lately")
+	}
+	req := httptest.NewRequest(http.MethodPost, fmt.Sprintf("/api/v4/groups/%d/-/virtual_registries/cleanup/policy", e.group.ID),
+		strings.NewReader(`{"enabled":true,"keep_n_days_after_download":20,"cadence":7}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Private-Token", e.tokens["owner"])
+	serve(e.srv, req).want(t, http.StatusCreated)
+	st, _, body = owner.get(groupPage)
+	wantPage(t, "group with policy", st, body, http.StatusOK, "20 days after their last download", "every 7 days", `value="20"`)
+
+	// A maintainer is refused the policy by the API: no policy, no preview.
+	m := newBrowser(t, e.srv)
+	m.signIn(e.tokens["maintainer"])
+	st, _, body = m.get(groupPage)
+	wantPage(t, "group as maintainer", st, body, http.StatusOK, "Only the group&#39;s owners and admins")
+	if strings.Contains(body, "Preview a cleanup") || strings.Contains(body, "20 days") {
+		t.Fatalf("a maintainer sees the policy: %s", body)
+	}
+	st, _, body = m.get(groupPage + "/cleanup_dry_run")
+	wantPage(t, "dry run as maintainer", st, body, http.StatusForbidden)
 }

@@ -229,12 +229,20 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// groups -> group -> registry, by following the links.
 	b.submit(`a[href="/-/console/groups/` + itoa(group) + `"]`)
-	b.wantText("group", "Virtual registries", "main")
+	b.wantText("group", "Virtual registries", "main", "Cleanup policy", "This group has no cleanup policy")
+	b.submit(`form[action="/-/console/groups/` + itoa(group) + `/cleanup_dry_run"] button`)
+	b.wantText("cleanup preview", "would delete", "Nothing was deleted")
+	b.submit(`a[href="/-/console/groups/` + itoa(group) + `"]`)
 	b.submit(`a[href="/-/console/registries/` + itoa(reg) + `"]`)
 	txt := b.wantText("registry", "1. central", "2. mirror", "3. flaky", "✖ unhealthy", "Connection refused", "Retry at")
 	if strings.Index(txt, "central") > strings.Index(txt, "mirror") {
 		t.Fatalf("upstreams out of order:\n%s", txt)
 	}
+	// Its connection test fails, and says why.
+	if st := b.submit(`button[aria-label="Test the connection to flaky"]`); st != http.StatusOK {
+		t.Fatalf("test connection: %d", st)
+	}
+	b.wantText("test connection", "Failed: The connection test of flaky failed", "✖ unhealthy")
 	b.shot("registry-unhealthy")
 
 	// flaky comes back: once its retry time passed, the next miss is its
