@@ -118,6 +118,13 @@ type (
 		CheckedAt      *string `json:"upstream_checked_at"`
 		Invalidated    bool    `json:"invalidated"`
 	}
+	cRule struct {
+		ID               int64  `json:"id"`
+		RuleType         string `json:"rule_type"`
+		TargetCoordinate string `json:"target_coordinate"`
+		PatternType      string `json:"pattern_type"`
+		Pattern          string `json:"pattern"`
+	}
 	cAudit struct {
 		ID         int64   `json:"id"`
 		AuthorID   int64   `json:"author_id"`
@@ -275,13 +282,18 @@ func (c *console) cacheEntriesPage(w http.ResponseWriter, r *http.Request, sess 
 	if _, err := c.get(r, sess, "/api/v4/groups/"+strconv.FormatInt(up.GroupID, 10), &g); err != nil {
 		return c.fail(w, r, sess, err)
 	}
+	var rules []cRule
+	if _, err := c.get(r, sess, vrAPI+"/upstreams/"+id+"/rules", &rules); err != nil {
+		return c.fail(w, r, sess, err)
+	}
 	c.render(w, http.StatusOK, "cache_entries", sess, "Cache of "+up.Name, struct {
 		Group    cGroup
 		Upstream cUpstream
+		Rules    []cRule
 		Entries  []cEntry
 		Search   string
 		Pager    pager
-	}{g, up, entries, search, pagerOf(a, consolePrefix+"upstreams/"+id+"/cache_entries", back)})
+	}{g, up, rules, entries, search, pagerOf(a, consolePrefix+"upstreams/"+id+"/cache_entries", back)})
 	return nil
 }
 

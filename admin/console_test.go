@@ -344,6 +344,12 @@ func TestConsoleCacheEntriesAndReorder(t *testing.T) {
 	}
 
 	cachePage := fmt.Sprintf("/-/console/upstreams/%d/cache_entries", e.upstream.ID)
+	st, _, body = b.get(cachePage)
+	wantPage(t, "upstream without rules", st, body, http.StatusOK, "No rule: every file is asked of this upstream.")
+	e.send(http.MethodPost, fmt.Sprintf("/api/v4/virtual_registries/packages/maven/upstreams/%d/rules", e.upstream.ID), "maintainer",
+		`{"rule_type":"deny","target_coordinate":"group_id","pattern":"com.acme.*"}`).want(t, http.StatusCreated)
+	st, _, body = b.get(cachePage)
+	wantPage(t, "upstream with a rule", st, body, http.StatusOK, "<strong>deny</strong>", "group_id", "<code>com.acme.*</code>")
 	st, _, body = b.get(cachePage + "?search=tool")
 	wantPage(t, "search", st, body, http.StatusOK, "tool-2.0.pom")
 	if strings.Contains(body, "lib-1.0.jar") {
