@@ -226,11 +226,16 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func secureRequest(r *http.Request) bool { return r.TLS != nil }
+// secure reports whether the browser reached the console over TLS: the
+// request came over TLS, or external.url is https (a TLS-terminating proxy
+// in front of the admin listener, which then sees plain HTTP).
+func (c *console) secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(strings.ToLower(c.s.opts.ExternalURL), "https://")
+}
 
 func (c *console) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: consolePrefix, MaxAge: maxAge,
-		HttpOnly: true, Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 }
 
 // session returns the live session of the request's cookie, or nil.

@@ -52,6 +52,10 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decode(&u); err != nil {
 		return err
 	}
+	// A sign-in over a live session (another token) ends that session.
+	if old := c.session(r); old != nil {
+		c.endSession(old)
+	}
 	sess := c.newSession(token, u)
 	c.setCookie(w, r, consoleSignInCook, "", -1)
 	c.setCookie(w, r, consoleCookie, sess.id, int(c.ttl.Seconds()))

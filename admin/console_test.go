@@ -193,6 +193,44 @@ func TestConsoleSecureCookieUnderTLS(t *testing.T) {
 	}
 }
 
+// Behind a TLS-terminating proxy (external.url https) the listener sees
+// plain HTTP, and the cookies are Secure all the same.
+func TestConsoleSecureCookieBehindTLSProxy(t *testing.T) {
+	e := newCacheEntryEnv(t, func(o *serverOptions) { o.admin.ExternalURL = "https://registry.example" })
+	res := serve(e.srv, httptest.NewRequest(http.MethodGet, "/-/console/sign_in", nil))
+	res.want(t, http.StatusOK)
+	if c := res.header.Get("Set-Cookie"); !strings.Contains(c, "; Secure") || !strings.Contains(c, "HttpOnly") {
+		t.Fatalf("sign-in cookie behind a TLS proxy: %q", c)
+	}
+}
+
+// Signing in again, with another token, ends the first session.
+func TestConsoleSignInAgain(t *testing.T) {
+	e := newCacheEntryEnv(t, nil)
+	b := newBrowser(t, e.srv)
+	b.signIn(e.tokens["guest"])
+	u := mustURL(b.base + "/-/console/")
+	first := b.c.Jar.Cookies(u)
+	if len(first) != 1 || first[0].Name != consoleCookie {
+		t.Fatalf("cookies after sign-in: %v", first)
+	}
+	b.get("/-/console/sign_in") // signed in: back to the groups
+	b.c.Jar.SetCookies(u, []*http.Cookie{{Name: consoleSignInCook, Value: "n0nce", Path: "/-/console/"}})
+	st, _, body := b.post("/-/console/sign_in", url.Values{"token": {e.tokens["owner"]}, "csrf": {"n0nce"}})
+	if st != http.StatusSeeOther {
+		t.Fatalf("second sign-in: %d %s", st, body)
+	}
+	if _, _, body = b.get("/-/console/groups"); !strings.Contains(body, "@owner") {
+		t.Fatalf("after the second sign-in: %s", body)
+	}
+	old := newBrowser(t, e.srv)
+	old.base = b.base
+	old.c.Jar.SetCookies(u, first)
+	if st, loc, _ := old.get("/-/console/groups"); st != http.StatusSeeOther || loc != "/-/console/sign_in" {
+		t.Fatalf("the first session still works: %d %q", st, loc)
+	}
+}
+
 func TestConsoleSessionExpiry(t *testing.T) {
 	e := newCacheEntryEnv(t, func(o *serverOptions) { o.admin.ConsoleSessionTTL = time.Hour })
 	e.srv.console.now = e.clock.Now
