@@ -159,6 +159,7 @@ func (s *Server) routesConsole() {
 	s.handle(http.MethodGet, "/-/console/audit_events", c.signedIn(c.auditPage))
 	s.handle(http.MethodGet, "/-/console/projects", c.signedIn(c.projectsPage))
 	s.handle(http.MethodGet, "/-/console/projects/{id}/dependencies", c.signedIn(c.dependenciesPage))
+	s.handle(http.MethodGet, "/-/console/projects/{id}/events", c.signedIn(c.projectEventsPage))
 	s.handle(http.MethodGet, consolePrefix, func(w http.ResponseWriter, r *http.Request) error {
 		c.renderError(w, r, nil, http.StatusNotFound, "There is no such page.")
 		return nil

@@ -552,3 +552,40 @@ func (c *console) cleanupDryRunPage(w http.ResponseWriter, r *http.Request, sess
 	}{g, days, res.Count, res.Size, res.Before, res.Entries, pagerOf(a, consolePrefix+"groups/"+id+"/cleanup_dry_run", back)})
 	return nil
 }
+
+// cEvent is an activity event as GET /projects/:id/events shows it.
+type cEvent struct {
+	ID             int64   `json:"id"`
+	ActionName     string  `json:"action_name"`
+	TargetType     *string `json:"target_type"`
+	TargetTitle    *string `json:"target_title"`
+	AuthorUsername string  `json:"author_username"`
+	CreatedAt      *string `json:"created_at"`
+	PushData       *struct {
+		Ref         *string `json:"ref"`
+		CommitCount int     `json:"commit_count"`
+		CommitTitle *string `json:"commit_title"`
+	} `json:"push_data"`
+	Note *struct {
+		Body string `json:"body"`
+	} `json:"note"`
+}
+
+func (c *console) projectEventsPage(w http.ResponseWriter, r *http.Request, sess *consoleSession) error {
+	var p cProject
+	if _, err := c.get(r, sess, "/api/v4/projects/"+idParam(r), &p); err != nil {
+		return c.fail(w, r, sess, err)
+	}
+	var events []cEvent
+	id := strconv.FormatInt(p.ID, 10)
+	a, err := c.get(r, sess, "/api/v4/projects/"+id+"/events?per_page=50&page="+pageParam(r), &events)
+	if err != nil {
+		return c.fail(w, r, sess, err)
+	}
+	c.render(w, http.StatusOK, "project_events", sess, "Activity of "+p.PathWithNamespace, struct {
+		Project cProject
+		Events  []cEvent
+		Pager   pager
+	}{p, events, pagerOf(a, consolePrefix+"projects/"+id+"/events", nil)})
+	return nil
+}

@@ -455,6 +455,10 @@ func TestConsoleDependencies(t *testing.T) {
 	st, _, body = b.get(page + "?package_manager=nonsense")
 	wantPage(t, "bad filter", st, body, http.StatusBadRequest, "package_manager does not have a valid value")
 
+	// The project's activity: its creation, and the members who joined.
+	st, _, body = b.get(fmt.Sprintf("/-/console/projects/%d/events", e.projects[store.Private].ID))
+	wantPage(t, "activity", st, body, http.StatusOK, "Activity of private app", "@root", "created", "joined")
+
 	// A reporter sees the list but not its vulnerabilities, as in the API.
 	r := newBrowser(t, e.srv)
 	r.signIn(e.tokens["reporter"])
@@ -468,6 +472,8 @@ func TestConsoleDependencies(t *testing.T) {
 	o.signIn(e.tokens["outsider"])
 	st, _, body = o.get(page)
 	wantPage(t, "outsider", st, body, http.StatusNotFound, "404 Project Not Found")
+	st, _, body = o.get(fmt.Sprintf("/-/console/projects/%d/events", e.projects[store.Private].ID))
+	wantPage(t, "outsider activity", st, body, http.StatusNotFound, "404 Project Not Found")
 }
 
 // failChecker fails every connection test.
