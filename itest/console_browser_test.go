@@ -327,6 +327,11 @@ func TestConsoleBrowser(t *testing.T) {
 	b.submit(`a[href="/-/console/projects/` + itoa(project) + `/dependencies"]`)
 	b.wantText("dependencies", "Dependencies of app", "CVE-")
 	b.shot("dependencies")
+	b.submit(`a[href="/-/console/projects/` + itoa(project) + `/events"]`)
+	b.wantText("activity", "Activity of app", "@root", "created")
+	if st := b.open("/-/console/groups/" + itoa(group) + "/audit_events"); st != http.StatusOK {
+		t.Fatalf("group audit events as root: %d", st)
+	}
 	if st := b.open("/-/console/audit_events"); st != http.StatusOK {
 		t.Fatalf("audit events as root: %d", st)
 	}
