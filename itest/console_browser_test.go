@@ -293,6 +293,9 @@ func TestConsoleBrowser(t *testing.T) {
 	b.shot("registry")
 
 	// central's cache: search, then delete one entry.
+	var entries []struct {
+		Path string `json:"relative_path"`
+	}
 	b.submit(`a[href="/-/console/upstreams/` + itoa(centralID) + `/cache_entries"]`)
 	b.wantText("cache", "lib-a-1.0.jar", "lib-b-2.0.jar", "tool-3.1.jar")
 	b.shot("cache-entries")
@@ -302,6 +305,17 @@ func TestConsoleBrowser(t *testing.T) {
 	if strings.Contains(txt, "tool-3.1.jar") {
 		t.Fatalf("the search shows what it should not:\n%s", txt)
 	}
+	// The same form without its CSRF token is refused and deletes nothing.
+	b.do(chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('input[name=csrf]').forEach(e => e.value = '')`))
+	if st := b.submit(`button[aria-label="Delete /org/example/lib-a/1.0/lib-a-1.0.jar"]`); st != http.StatusForbidden {
+		t.Fatalf("delete without the CSRF token: %d, want 403", st)
+	}
+	b.wantText("CSRF-less delete", "CSRF token is missing or wrong")
+	d.Do("GET", vr("/upstreams/%d/cache_entries", centralID), rootToken, nil).Expect(t, 200).JSON(t, &entries)
+	if len(entries) != 3 {
+		t.Fatalf("API entries after a CSRF-less delete: %+v", entries)
+	}
+	b.open("/-/console/upstreams/" + itoa(centralID) + "/cache_entries?search=lib-")
 	if st := b.submit(`button[aria-label="Delete /org/example/lib-a/1.0/lib-a-1.0.jar"]`); st != http.StatusOK {
 		t.Fatalf("delete: %d", st)
 	}
@@ -309,9 +323,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if strings.Contains(txt, "lib-a-1.0.jar\t") || strings.Count(txt, "lib-a-1.0.jar") != 1 {
 		t.Fatalf("the deleted entry is still listed:\n%s", txt)
 	}
-	var entries []struct {
-		Path string `json:"relative_path"`
-	}
+	entries = nil
 	d.Do("GET", vr("/upstreams/%d/cache_entries", centralID), rootToken, nil).Expect(t, 200).JSON(t, &entries)
 	if len(entries) != 2 {
 		t.Fatalf("API entries after the delete: %+v", entries)
@@ -354,6 +366,14 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	if b.open("/-/console/groups"); b.location() != "/-/console/sign_in" {
 		t.Fatalf("signed out, groups ended on %s", b.location())
+	}
+	// A session cookie the server never issued is no session.
+	b.do(chromedp.Evaluate[chromedp.Void](`document.cookie = "registryd_console=` + strings.Repeat("ab", 32) + `; path=/-/console/"`))
+	if set, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.cookie.includes("registryd_console=abab")`)); err != nil || !set {
+		t.Fatalf("the forged cookie was not set (%v)", err)
+	}
+	if b.open("/-/console/groups"); b.location() != "/-/console/sign_in" {
+		t.Fatalf("with a forged cookie, groups ended on %s", b.location())
 	}
 
 	// A developer, no admin: sees the registry, is refused the audit log
