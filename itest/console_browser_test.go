@@ -212,6 +212,20 @@ func TestConsoleBrowser(t *testing.T) {
 		"Content-Type", "application/vnd.cyclonedx+json").Expect(t, 200)
 	devID, devToken := f.User("dev", false)
 	f.Member(group, devID, 30)
+	// central refuses org.blocked: one download of it is an audit event.
+	d.Do("POST", vr("/upstreams/%d/rules", centralID), rootToken,
+		map[string]any{"rule_type": "deny", "target_coordinate": "group_id", "pattern": "org.blocked*"}).Expect(t, 201)
+	d.pxGet(t, reg, "org/blocked/x/1.0/x-1.0.jar", "PRIVATE-TOKEN", devToken)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var events []map[string]any
+		d.Do("GET", "/audit_events", rootToken, nil).Expect(t, 200).JSON(t, &events)
+		if len(events) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refused download left no audit event")
+		}
+	}
 
 	b := newTab(t, exe, d.Admin, consoleArtifacts(t))
 	b.open("/-/console/sign_in")
@@ -297,7 +311,7 @@ func TestConsoleBrowser(t *testing.T) {
 		Path string `json:"relative_path"`
 	}
 	b.submit(`a[href="/-/console/upstreams/` + itoa(centralID) + `/cache_entries"]`)
-	b.wantText("cache", "lib-a-1.0.jar", "lib-b-2.0.jar", "tool-3.1.jar")
+	b.wantText("cache", "lib-a-1.0.jar", "lib-b-2.0.jar", "tool-3.1.jar", "deny", "org.blocked*")
 	b.shot("cache-entries")
 	b.do(chromedp.SendKeys(chromedp.CSS("#search"), "lib-"))
 	b.submit(`form.search button`)
@@ -347,7 +361,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if st := b.open("/-/console/audit_events"); st != http.StatusOK {
 		t.Fatalf("audit events as root: %d", st)
 	}
-	b.wantText("audit", "Audit events")
+	b.wantText("audit", "Audit events", "virtual_registries_packages_maven_upstream_artifact_denied", "dev", "org.blocked")
 	b.shot("audit-events")
 
 	// A phone's width: nothing wider than the screen but the tables, which scroll.
