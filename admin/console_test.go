@@ -85,6 +85,15 @@ func (b *browser) signIn(token string) {
 	}
 }
 
+// signInOnly posts the sign-in form with token and wants status.
+func (b *browser) signInOnly(token string, status int) {
+	b.t.Helper()
+	b.get("/-/console/sign_in")
+	if st, _, body := b.post("/-/console/sign_in", url.Values{"token": {token}}); st != status {
+		b.t.Fatalf("sign in: %d, want %d: %s", st, status, body)
+	}
+}
+
 func wantPage(t *testing.T, what string, st int, body string, status int, contains ...string) {
 	t.Helper()
 	if st != status {
@@ -354,6 +363,16 @@ func TestConsolePermissions(t *testing.T) {
 	if n := len(e.do(http.MethodGet, fmt.Sprintf("/api/v4/virtual_registries/packages/maven/upstreams/%d/cache_entries", e.upstream.ID), "root").list(t)); n != 1 {
 		t.Fatalf("%d entries after refused deletes, want 1", n)
 	}
+
+	// read_user signs in (GET /user allows it) and is refused every page, as by the API;
+	// read_virtual_registry does not sign in.
+	_, ru := newUserWithToken(t, e.st, "ru", "ru", store.ScopeReadUser)
+	rub := newBrowser(t, e.srv)
+	rub.signInOnly(ru, http.StatusSeeOther)
+	st, _, body = rub.get("/-/console/groups")
+	wantPage(t, "read_user groups", st, body, http.StatusForbidden, "insufficient_scope")
+	_, rvr := newUserWithToken(t, e.st, "rvr", "rvr", store.ScopeReadVirtualRegistry)
+	newBrowser(t, e.srv).signInOnly(rvr, http.StatusForbidden)
 
 	// The admin sees the audit log, with the refusals above in it.
 	admin := newBrowser(t, e.srv)
