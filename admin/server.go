@@ -49,6 +49,10 @@ type Options struct {
 	// clients reach the admin API at (external.url). Default "": links
 	// carry the path only.
 	ExternalURL string
+	// ConsoleSessionTTL is how long a web console sign-in lasts before the
+	// console asks for the token again (admin.console_session_ttl).
+	// Default 8h.
+	ConsoleSessionTTL time.Duration
 }
 
 // withDefaults fills the zero fields of o.
@@ -61,6 +65,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxSBOMIngests <= 0 {
 		o.MaxSBOMIngests = 2
+	}
+	if o.ConsoleSessionTTL <= 0 {
+		o.ConsoleSessionTTL = 8 * time.Hour
 	}
 	return o
 }
@@ -112,6 +119,8 @@ type Server struct {
 	disk   func() blob.DiskStatus
 	mux    *http.ServeMux
 	met    *metrics
+	// console is the web console's sessions and templates (/-/console/).
+	console *console
 
 	routes map[string]map[string]handler // pattern -> method -> handler
 	order  []string
@@ -169,6 +178,10 @@ func New(d Deps) (*Server, error) {
 	s.routesCleanupPolicies()
 	s.routesAdvisories()
 	s.routesVersion()
+	if s.console, err = newConsole(s, s.opts.ConsoleSessionTTL); err != nil {
+		return nil, err
+	}
+	s.routesConsole()
 	s.mount()
 	return s, nil
 }

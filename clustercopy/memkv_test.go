@@ -147,7 +147,6 @@ func (b *memBucketTx) NextSequence() (uint64, error) { b.b.seq++; return b.b.seq
 func (b *memBucketTx) Sequence() uint64              { return b.b.seq }
 func (b *memBucketTx) SetSequence(v uint64) error    { b.b.seq = v; return nil }
 func (b *memBucketTx) KeyN() int                     { return len(b.b.m) }
-func (b *memBucketTx) SetFillPercent(float64)        {}
 
 type memCursor struct {
 	b    *memBucketTx

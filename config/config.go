@@ -124,6 +124,9 @@ type Admin struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// PprofListen, when set, serves net/http/pprof there (keep it on loopback). Default "" (off).
 	PprofListen string `yaml:"pprof_listen"`
+	// ConsoleSessionTTL is how long a web console sign-in lasts; then the
+	// console asks for the token again. Default 8h.
+	ConsoleSessionTTL time.Duration `yaml:"console_session_ttl"`
 }
 
 // External is how clients reach registryd.
@@ -442,6 +445,9 @@ func Default() Config {
 			MaxSBOMIngests: 2,
 			ReadTimeout:    60 * time.Second,
 			WriteTimeout:   60 * time.Second,
+			// A working day: long enough not to interrupt, short enough that
+			// a forgotten browser does not stay signed in overnight.
+			ConsoleSessionTTL: 8 * time.Hour,
 		},
 		Upstreams: Upstreams{
 			ConnectTimeout: 10 * time.Second,
@@ -618,6 +624,7 @@ func (c Config) Validate() error {
 		{"proxy.idle_timeout", c.Proxy.IdleTimeout},
 		{"admin.read_timeout", c.Admin.ReadTimeout},
 		{"admin.write_timeout", c.Admin.WriteTimeout},
+		{"admin.console_session_ttl", c.Admin.ConsoleSessionTTL},
 		{"upstreams.connect_timeout", c.Upstreams.ConnectTimeout},
 		{"upstreams.header_timeout", c.Upstreams.HeaderTimeout},
 		{"upstreams.check_timeout", c.Upstreams.CheckTimeout},

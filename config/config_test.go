@@ -598,3 +598,15 @@ func TestGroupCommitAndPendingStores(t *testing.T) {
 	wantProblems(t, cfg.Validate(), "store.batch_max_entries must be at least 1", "store.batch_max_hold must be a positive duration",
 		"cache.max_pending_stores must be at least 1")
 }
+
+func TestConsoleSessionTTL(t *testing.T) {
+	if got := Default().Admin.ConsoleSessionTTL; got != 8*time.Hour {
+		t.Fatalf("default admin.console_session_ttl = %s, want 8h", got)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_ADMIN_CONSOLE_SESSION_TTL=30m"})
+	if err != nil || cfg.Admin.ConsoleSessionTTL != 30*time.Minute {
+		t.Fatalf("from the environment: %s, %v", cfg.Admin.ConsoleSessionTTL, err)
+	}
+	cfg.Admin.ConsoleSessionTTL = 0
+	wantProblems(t, cfg.Validate(), "admin.console_session_ttl must be a positive duration, got 0s")
+}

@@ -70,7 +70,11 @@ func startCluster(t *testing.T, n int, extra map[string]string) *cluster {
 // every one of labels, in a node's exposition (0 when there is none).
 func metricSum(t *testing.T, d *Daemon, name string, labels ...string) float64 {
 	t.Helper()
-	body := d.Do("GET", "/metrics", "", nil).Expect(t, 200).Body
+	return metricSumIn(d.Do("GET", "/metrics", "", nil).Expect(t, 200).Body, name, labels...)
+}
+
+// metricSumIn is metricSum over an exposition already read.
+func metricSumIn(body []byte, name string, labels ...string) float64 {
 	var sum float64
 next:
 	for _, line := range strings.Split(string(body), "\n") {

@@ -501,8 +501,8 @@ func (s *Store) AdvisoryStatus() (AdvisoryStatus, error) {
 	var st AdvisoryStatus
 	err := s.db.View(func(tx kv.Tx) error {
 		st = AdvisoryStatus{Imports: []AdvisoryImportResult{}}
-		st.Advisories = tx.Bucket(bktAdvisories).KeyN()
-		st.Packages = tx.Bucket(bktAdvisoryPkgs).KeyN()
+		n := keyCounts(tx)
+		st.Advisories, st.Packages = int(n[countAdvisories]), int(n[countAdvisoryPkgs])
 		st.Generation = advisoryGen(tx)
 		return tx.Bucket(bktAdvisoryImports).ForEach(func(k, v []byte) error {
 			var r AdvisoryImportResult

@@ -41,7 +41,7 @@ func openAdvisoryTest(t *testing.T) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	closeChecked(t, s)
 	return s
 }
 

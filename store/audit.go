@@ -374,10 +374,8 @@ func (s *Store) RecordAudit(evs ...AuditEvent) ([]AuditEvent, error) {
 	err := s.update(false, false, func(tx kv.Tx) error {
 		events, byTime, byType, byEntity := tx.Bucket(bktAudit), tx.Bucket(bktAuditByTime),
 			tx.Bucket(bktAuditByType), tx.Bucket(bktAuditByEntity)
-		// Ids and times only grow (mostly): fill pages instead of splitting them in half.
-		for _, b := range []kv.Bucket{events, byTime, byType} {
-			b.SetFillPercent(0.95)
-		}
+		// Ids and times only grow (mostly): events, byTime and byType are
+		// appendMostly (schema.go).
 		delta := map[string]int64{}
 		for i := range out {
 			e := &out[i]

@@ -21,7 +21,7 @@ func (s *Store) EnsureRoot(plain string) (created bool, err error) {
 	err = s.update(true, false, func(tx kv.Tx) error {
 		created = false // kv may run the function again
 		meta := tx.Bucket(bktMeta)
-		if meta.Get(metaInitialized) != nil || tx.Bucket(bktUsers).KeyN() > 0 {
+		if first, _ := tx.Bucket(bktUsers).Cursor().First(); meta.Get(metaInitialized) != nil || first != nil {
 			return nil
 		}
 		u, err := createUserTx(tx, User{Username: rootUsername, Name: "Administrator", Email: "admin@example.com",

@@ -351,14 +351,16 @@ type CacheStats struct {
 }
 
 // CacheStats counts live entries, entries waiting for destruction (deleted
-// or purged) and referenced blobs.
+// or purged) and referenced blobs, from the key counts (counts.go) and the
+// purge marks: its cost does not grow with the cache.
 func (s *Store) CacheStats() CacheStats {
 	var st CacheStats
 	_ = s.db.View(func(tx kv.Tx) error {
 		purged := int(purgeRemainingTx(tx))
-		st.Entries = tx.Bucket(bktCacheEntries).KeyN() - purged
-		st.Pending = tx.Bucket(bktCachePending).KeyN() + purged
-		st.Blobs = tx.Bucket(bktBlobRefs).KeyN()
+		n := keyCounts(tx)
+		st.Entries = int(n[countEntries]) - purged
+		st.Pending = int(n[countPending]) + purged
+		st.Blobs = int(n[countBlobRefs])
 		return nil
 	})
 	return st

@@ -34,7 +34,7 @@ func newPurgeFixture(t *testing.T, n int) *purgeFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	closeChecked(t, s)
 	g := topGroup(t, s, "acme")
 	r := ok(s.CreateRegistry(g.ID, "main", ""))(t)
 	f := &purgeFixture{s: s, clock: c, dir: dir, reg: r.ID, n: n,
@@ -190,7 +190,7 @@ func TestPurgeCrashBetweenBatches(t *testing.T) {
 		done += c.Entries
 	}
 	crash := filepath.Join(t.TempDir(), "crash")
-	noErr(t, s.db.(*boltkv.DB).CopyFile(filepath.Join(mkdir(t, crash), "registry.db")))
+	noErr(t, s.engine.(*boltkv.DB).CopyFile(filepath.Join(mkdir(t, crash), "registry.db")))
 
 	r, err := openAt(t, crash, Options{SecretKey: testKey, Now: f.clock.Now})
 	if err != nil {

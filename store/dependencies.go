@@ -231,8 +231,8 @@ func (s *Store) ReplaceDependencies(project int64, deps []NewDependency, vulns [
 		}
 
 		// Positions run 1..n, so a page of the unfiltered list is one seek.
-		depsB.SetFillPercent(0.95)
-		byPM.SetFillPercent(0.95)
+		// (Both buckets are appendMostly: chunks and runs are written in
+		// position order.)
 		var mem arena
 		enc := newDepEncoder()
 		chunks := int64(0)

@@ -124,8 +124,7 @@ func newEventWriter(tx kv.Tx) *eventWriter {
 		byProjectAct: tx.Bucket(bktEventsByProjectAct), byAuthorAct: tx.Bucket(bktEventsByAuthorAct),
 		counts: tx.Bucket(bktEventCounts), delta: map[string]uint64{},
 	}
-	// Event ids only grow, so pages may be filled up instead of split in half.
-	w.events.SetFillPercent(0.95)
+	// Event ids only grow: events is appendMostly (schema.go).
 	return w
 }
 

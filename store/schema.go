@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 	"time"
 )
@@ -96,6 +97,11 @@ var (
 	// last use ms (downloaded_at, else created_at) + upstream id + relative
 	// path -> nil.
 	bktCacheByUse = []byte("cache_by_use")
+
+	// Key counts of the counted buckets (counts.go), kept in the
+	// transactions that add and remove their keys:
+	// bucket name + 0 + shard -> count (int64).
+	bktCounts = []byte("counts")
 )
 
 var allBuckets = [][]byte{
@@ -113,6 +119,29 @@ var allBuckets = [][]byte{
 	bktAudit, bktAuditByTime, bktAuditByType, bktAuditByEntity, bktAuditCounts,
 	bktCleanupPolicies,
 	bktCacheByUse,
+	bktCounts,
+}
+
+// appendMostly are the buckets whose keys mostly grow (ids, times, a
+// project's chunk numbers): an engine with pages fills their pages rather
+// than splitting them in half (boltkv.Options.AppendMostly).
+var appendMostly = [][]byte{
+	bktDependencies, bktDepsByPM, // a list's chunks and runs, in position order
+	bktEvents,                                // event ids
+	bktAudit, bktAuditByTime, bktAuditByType, // audit ids, then creation times
+}
+
+// AppendMostly names the buckets whose keys mostly arrive in ascending
+// order (ids, times, a project's chunk numbers), for an engine with pages:
+// whoever opens bbolt for the store passes them as
+// boltkv.Options.AppendMostly (cmd, internal/boltstore), so that their
+// pages are filled rather than split in half. A fresh copy each call.
+func AppendMostly() [][]byte {
+	out := make([][]byte, len(appendMostly))
+	for i, b := range appendMostly {
+		out[i] = slices.Clone(b)
+	}
+	return out
 }
 
 // Keys in the meta bucket.
@@ -141,8 +170,15 @@ var (
 // never finds. 6: dependency lists say each entry's advisory package and
 // are indexed by package, and an advisory database is kept
 // (depLayoutPackages, advisories.go); an older registryd cannot read the
-// new chunks.
-const schemaVersion = 6
+// new chunks. 7: the keys of the counted buckets are counted in bucket
+// counts (counts.go), in the transactions that add and remove them; the
+// counts of an older database are taken on open; an older registryd would
+// change the buckets without their counts.
+const schemaVersion = 7
+
+// countsSchema is the first schema version whose writers keep the key
+// counts (counts.go).
+const countsSchema = 7
 
 // itob encodes an id big-endian so that bbolt's byte order is numeric order.
 func itob(id int64) []byte {

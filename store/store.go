@@ -12,6 +12,10 @@
 // outer variable it assigns, works on a copy of what it changes of its
 // inputs, and leaves side effects (generations, the collector's wake-up) to
 // after the commit.
+//
+// Every write transaction also counts the keys added to and removed from
+// the buckets whose sizes the metrics and totals report (counts.go), so
+// that reading a size never walks a bucket.
 package store
 
 import (
@@ -56,7 +60,12 @@ type Options struct {
 
 // Store is the open index.
 type Store struct {
+	// db is the engine as the store writes to it: its write transactions
+	// count the keys of the counted buckets (counts.go). Every write goes
+	// through it; engine is the engine itself, for what is not a
+	// transaction of the store's (the schema's set-up, the cluster).
 	db     kv.DB
+	engine kv.DB
 	sealer *sealer
 	now    func() time.Time
 
@@ -123,7 +132,7 @@ func Open(o Options) (*Store, error) {
 		return nil, err
 	}
 	db := o.Engine
-	st := &Store{db: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
+	st := &Store{db: newKeyCountDB(db), engine: db, sealer: s, now: o.Now, collect: make(chan struct{}, 1), matcher: o.Matcher}
 	if o.BatchMaxEntries == 0 {
 		o.BatchMaxEntries = defaultBatchMaxEntries
 	}
@@ -131,7 +140,7 @@ func Open(o Options) (*Store, error) {
 		o.BatchMaxHold = defaultBatchMaxHold
 	}
 	if o.BatchMaxEntries > 1 {
-		st.batch = newBatcher(db, o.BatchMaxEntries, o.BatchMaxHold, st.committed)
+		st.batch = newBatcher(st.db, o.BatchMaxEntries, o.BatchMaxHold, st.committed)
 	}
 	if c, ok := db.(kv.Cluster); ok {
 		// ctx bounds the wait; it is cancelled after the unlock, in case an
@@ -157,9 +166,10 @@ func Open(o Options) (*Store, error) {
 }
 
 // setUpSchema checks the schema version and the key, creating the buckets
-// and sealing the key check on a new database.
+// and sealing the key check on a new database, and takes the key counts of
+// a database written without them.
 func (st *Store) setUpSchema() error {
-	db, s, path := st.db, st.sealer, st.db.Describe()
+	db, s, path := st.engine, st.sealer, st.engine.Describe()
 	// A database already at this schema version is only checked: even a
 	// commit that changes nothing writes pages, which a start on a full
 	// volume must not need.
@@ -172,7 +182,7 @@ func (st *Store) setUpSchema() error {
 		}
 		meta := tx.Bucket(bktMeta)
 		v, sealed := meta.Get(metaSchemaVersion), meta.Get(metaKeyCheck)
-		if v == nil || btoi(v) != schemaVersion || sealed == nil {
+		if v == nil || btoi(v) != schemaVersion || sealed == nil || !countsKept(tx) {
 			return nil
 		}
 		if plain, err := s.open(sealed); err != nil || plain != keyCheck {
@@ -193,8 +203,12 @@ func (st *Store) setUpSchema() error {
 			}
 		}
 		meta := tx.Bucket(bktMeta)
-		if v := meta.Get(metaSchemaVersion); v != nil && btoi(v) > schemaVersion {
-			return fmt.Errorf("registry.db has schema version %d; this registryd knows %d: upgrade registryd", btoi(v), schemaVersion)
+		from := int64(0) // a new database
+		if v := meta.Get(metaSchemaVersion); v != nil {
+			from = btoi(v)
+		}
+		if from > schemaVersion {
+			return fmt.Errorf("registry.db has schema version %d; this registryd knows %d: upgrade registryd", from, schemaVersion)
 		}
 		if sealed := meta.Get(metaKeyCheck); sealed != nil {
 			if plain, err := s.open(sealed); err != nil || plain != keyCheck {
@@ -202,6 +216,13 @@ func (st *Store) setUpSchema() error {
 			}
 		} else if err := meta.Put(metaKeyCheck, s.seal(keyCheck)); err != nil {
 			return err
+		}
+		// Written by a registryd older than countsSchema, the buckets
+		// changed without their counts: they are counted once, here.
+		if from < countsSchema || !countsKept(tx) {
+			if err := countKeysTx(tx); err != nil {
+				return err
+			}
 		}
 		return meta.Put(metaSchemaVersion, itob(schemaVersion))
 	}); err != nil {
@@ -218,7 +239,7 @@ func (st *Store) setUpSchema() error {
 func (s *Store) joinClusterOf(o Options) error {
 	c := o.Cluster
 	if c == nil {
-		c, _ = s.db.(kv.Cluster)
+		c, _ = s.engine.(kv.Cluster)
 	}
 	if c == nil {
 		return nil
@@ -235,7 +256,7 @@ func (s *Store) joinClusterOf(o Options) error {
 // Close leaves the cluster, if any, and closes the engine.
 func (s *Store) Close() error {
 	s.leaveCluster()
-	return s.db.Close()
+	return s.engine.Close()
 }
 
 // ReadFailures counts the engine failures met by the reads that answer a
@@ -262,7 +283,7 @@ type Stats struct {
 
 // Stats reports figures of the database for metrics.
 func (s *Store) Stats() Stats {
-	st := s.db.Stats()
+	st := s.engine.Stats()
 	return Stats{FileBytes: st.Bytes, TxOpen: st.OpenTx, FreeBytes: st.FreeBytes, PendingBytes: st.PendingBytes}
 }
 

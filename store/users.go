@@ -150,7 +150,7 @@ func (s *Store) UserByUsername(name string) (User, error) {
 // countUsers is how many users exist.
 func (s *Store) countUsers() int {
 	n := 0
-	_ = s.db.View(func(tx kv.Tx) error { n = tx.Bucket(bktUsers).KeyN(); return nil })
+	_ = s.db.View(func(tx kv.Tx) error { n = int(keyCounts(tx)[countUsers]); return nil })
 	return n
 }
 
@@ -160,7 +160,7 @@ func (s *Store) ListUsers(offset, limit int) ([]User, int, error) {
 	total := 0
 	err := s.db.View(func(tx kv.Tx) error {
 		b := tx.Bucket(bktUsers)
-		total = b.KeyN()
+		total = int(keyCounts(tx)[countUsers])
 		c := b.Cursor()
 		i := 0
 		for k, _ := c.First(); k != nil && len(out) < limit; k, _ = c.Next() {

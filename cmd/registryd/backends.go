@@ -66,7 +66,7 @@ func openBolt(dir string) (kv.DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	path := filepath.Join(dir, "registry.db")
-	db, err := boltkv.Open(path, boltkv.Options{Timeout: boltLockTimeout})
+	db, err := boltkv.Open(path, boltkv.Options{Timeout: boltLockTimeout, AppendMostly: store.AppendMostly()})
 	if errors.Is(err, boltkv.ErrLocked) {
 		return nil, fmt.Errorf("store: %s: %w", path, errLocked)
 	}

@@ -70,10 +70,11 @@ func advisoriesOptions(cfg config.Config) advisories.Options {
 
 func adminOptions(cfg config.Config) admin.Options {
 	return admin.Options{
-		MaxBodyBytes:   int64(cfg.Admin.MaxBodyBytes),
-		MaxSBOMBytes:   int64(cfg.Admin.MaxSBOMBytes),
-		MaxSBOMIngests: cfg.Admin.MaxSBOMIngests,
-		ExternalURL:    cfg.External.URL,
+		MaxBodyBytes:      int64(cfg.Admin.MaxBodyBytes),
+		MaxSBOMBytes:      int64(cfg.Admin.MaxSBOMBytes),
+		MaxSBOMIngests:    cfg.Admin.MaxSBOMIngests,
+		ExternalURL:       cfg.External.URL,
+		ConsoleSessionTTL: cfg.Admin.ConsoleSessionTTL,
 	}
 }
 

@@ -27,7 +27,7 @@ func Open(dir string, o store.Options) (*store.Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	db, err := boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: lockTimeout})
+	db, err := boltkv.Open(filepath.Join(dir, "registry.db"), boltkv.Options{Timeout: lockTimeout, AppendMostly: store.AppendMostly()})
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}

@@ -51,6 +51,15 @@ var (
 	minioBuckets atomic.Int64
 )
 
+// MinIOBinary is the MinIO server binary the tests use ("" when there is
+// none), for tests that start MinIO themselves (the scale-out recipe's).
+func MinIOBinary() string {
+	if bin := minioBinary(); bin != "" && minioIsFile(bin) {
+		return bin
+	}
+	return ""
+}
+
 // minioBinary finds the server: $REGISTRYD_MINIO, else minio in PATH, else
 // $(go env GOPATH)/bin/minio.
 func minioBinary() string {

@@ -23,6 +23,10 @@
 //   - Byte slices returned by Get and cursors are valid until the transaction
 //     ends (bbolt's rule); callers copy what they keep.
 //   - Buckets are flat (no nested buckets).
+//
+// What is one engine's tuning stays in that engine's Options (bbolt's page
+// fill of append-mostly buckets is boltkv.Options.AppendMostly), and what
+// costs O(n) is said so (KeyN).
 package kv
 
 import (
@@ -109,11 +113,12 @@ type Bucket interface {
 	Sequence() uint64
 	// SetSequence sets the bucket's sequence (write transactions only).
 	SetSequence(v uint64) error
-	// KeyN counts the keys of the bucket.
+	// KeyN counts the keys of the bucket, as this transaction sees them.
+	// It is O(n) on every engine (bbolt walks the bucket's pages or keys,
+	// PostgreSQL counts its rows): for a one-off count (a migration, a
+	// check, a test), never for a path that runs per request or per scrape;
+	// store keeps counters for those.
 	KeyN() int
-	// SetFillPercent is bbolt's page fill hint for append-mostly buckets;
-	// engines without pages ignore it.
-	SetFillPercent(f float64)
 }
 
 // Cursor walks a bucket. A nil key means the walk ran off either end.

@@ -7,6 +7,10 @@
 // single pointer: converting one to its kv interface stores the pointer in
 // the interface word and does not allocate, so a read path that allocated
 // nothing on bbolt allocates nothing through kv.
+//
+// bbolt's page fill hint is this engine's own business, not the contract's:
+// the buckets named in Options.AppendMostly are filled to 95% in every write
+// transaction that opens them.
 package boltkv
 
 import (
@@ -35,7 +39,20 @@ type Options struct {
 	// file before failing with ErrLocked. 0 waits indefinitely (bbolt's
 	// rule).
 	Timeout time.Duration
+	// AppendMostly names the buckets whose keys mostly arrive in ascending
+	// order (ids, times): every write transaction that opens one sets its
+	// bbolt FillPercent to 0.95, so that appending fills the last page
+	// instead of splitting it in half and leaving every page half empty
+	// (bbolt also merges such a bucket's pages that deletes left under
+	// 47.5% full, instead of 25%). Default none: every bucket keeps bbolt's
+	// 0.5, right for keys that arrive in any order.
+	AppendMostly [][]byte
 }
+
+// appendFillPercent is the FillPercent of Options.AppendMostly's buckets:
+// pages nearly full, with a little room for the occasional key that lands
+// between two others.
+const appendFillPercent = 0.95
 
 // initialMmapSize is how much of the address space bbolt maps for the file
 // from the start: 1 GiB on 64-bit platforms. It is address space, not
@@ -72,6 +89,8 @@ const initialMmapSize = (1 << 30) * (strconv.IntSize / 64)
 // process owns the file).
 type DB struct {
 	db *bolt.DB
+	// appendMostly is Options.AppendMostly (nil when empty).
+	appendMostly map[string]bool
 }
 
 var _ kv.DB = (*DB)(nil)
@@ -87,7 +106,14 @@ func Open(path string, o Options) (*DB, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &DB{db: db}, nil
+	d := &DB{db: db}
+	for _, name := range o.AppendMostly {
+		if d.appendMostly == nil {
+			d.appendMostly = map[string]bool{}
+		}
+		d.appendMostly[string(name)] = true
+	}
+	return d, nil
 }
 
 // View runs fn in a read transaction.
@@ -96,9 +122,14 @@ func (d *DB) View(fn func(kv.Tx) error) error {
 }
 
 // Update runs fn in a write transaction and commits when it returns nil.
-// bbolt never retries: fn runs once.
+// bbolt never retries: fn runs once. With Options.AppendMostly the
+// transaction is a fillTx (two words: its conversion to kv.Tx allocates
+// once per write transaction, never per read).
 func (d *DB) Update(fn func(kv.Tx) error) error {
-	return d.db.Update(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
+	if d.appendMostly == nil {
+		return d.db.Update(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
+	}
+	return d.db.Update(func(tx *bolt.Tx) error { return fn(fillTx{Tx{tx}, d.appendMostly}) })
 }
 
 // Close writes the freelist in one last commit, so the next Open reads it
@@ -171,6 +202,39 @@ func (t Tx) ForEach(fn func(name []byte, b kv.Bucket) error) error {
 // Writable reports whether t is a write transaction.
 func (t Tx) Writable() bool { return t.tx.Writable() }
 
+// fillTx is a write transaction that sets the fill percent of the
+// append-mostly buckets it opens. bbolt hands out one *bolt.Bucket per name
+// within a write transaction, so the setting holds for the whole
+// transaction; it is read when the transaction's pages are split, at
+// commit.
+type fillTx struct {
+	Tx
+	appendMostly map[string]bool
+}
+
+var _ kv.Tx = fillTx{}
+
+func (t fillTx) fill(name []byte, b kv.Bucket) kv.Bucket {
+	if b != nil && t.appendMostly[string(name)] {
+		b.(Bucket).b.FillPercent = appendFillPercent
+	}
+	return b
+}
+
+func (t fillTx) Bucket(name []byte) kv.Bucket { return t.fill(name, t.Tx.Bucket(name)) }
+
+func (t fillTx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	b, err := t.Tx.CreateBucketIfNotExists(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.fill(name, b), nil
+}
+
+func (t fillTx) ForEach(fn func(name []byte, b kv.Bucket) error) error {
+	return t.Tx.ForEach(func(name []byte, b kv.Bucket) error { return fn(name, t.fill(name, b)) })
+}
+
 // Bucket adapts *bolt.Bucket.
 type Bucket struct{ b *bolt.Bucket }
 
@@ -197,9 +261,10 @@ func (b Bucket) NextSequence() (uint64, error) {
 	return n, txErr(err)
 }
 
-// KeyN counts the keys. bbolt's page statistics (what a read transaction
-// uses) leave out a write transaction's own changes, so a write
-// transaction counts with a cursor.
+// KeyN counts the keys: O(n) (see kv.Bucket). bbolt's page statistics
+// (what a read transaction uses) walk every page of the bucket, and leave
+// out a write transaction's own changes, so a write transaction counts with
+// a cursor.
 func (b Bucket) KeyN() int {
 	if !b.b.Tx().Writable() {
 		return b.b.Stats().KeyN
@@ -211,8 +276,6 @@ func (b Bucket) KeyN() int {
 	}
 	return n
 }
-
-func (b Bucket) SetFillPercent(f float64) { b.b.FillPercent = f }
 
 // Cursor adapts *bolt.Cursor. After a Delete, bbolt's own cursor can skip
 // the key that follows when the page was changed earlier in the

@@ -50,7 +50,6 @@ func TestContract(t *testing.T) {
 		if n, err := b.NextSequence(); n != 1 || err != nil {
 			t.Errorf("NextSequence = %d, %v", n, err)
 		}
-		b.SetFillPercent(0.9)
 		return nil
 	})
 	if err != nil {
@@ -78,6 +77,45 @@ func TestContract(t *testing.T) {
 	}
 	if db.Describe() == "" || filepath.Base(db.Describe()) != "t.db" {
 		t.Errorf("Describe = %q", db.Describe())
+	}
+}
+
+// TestAppendMostly: the buckets named in Options.AppendMostly have bbolt's
+// fill percent at 0.95 in every write transaction, however they are
+// opened; the others keep bbolt's default.
+func TestAppendMostly(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "t.db"), Options{AppendMostly: [][]byte{[]byte("log")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fill := func(b kv.Bucket) float64 { return b.(Bucket).b.FillPercent }
+	for range 2 { // created, then opened again
+		err = db.Update(func(tx kv.Tx) error {
+			log, err := tx.CreateBucketIfNotExists([]byte("log"))
+			if err != nil {
+				return err
+			}
+			other, err := tx.CreateBucketIfNotExists([]byte("other"))
+			if err != nil {
+				return err
+			}
+			if fill(log) != appendFillPercent || fill(tx.Bucket([]byte("log"))) != appendFillPercent {
+				t.Errorf("log: fill %v, want %v", fill(log), appendFillPercent)
+			}
+			if fill(other) != bolt.DefaultFillPercent {
+				t.Errorf("other: fill %v, want bbolt's default", fill(other))
+			}
+			return tx.ForEach(func(name []byte, b kv.Bucket) error {
+				if string(name) == "log" && fill(b) != appendFillPercent {
+					t.Errorf("ForEach log: fill %v", fill(b))
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -329,6 +329,7 @@ func (b *bucket) SetSequence(v uint64) error {
 	return nil
 }
 
+// KeyN is SELECT count(*): O(n) (see kv.Bucket).
 func (b *bucket) KeyN() int {
 	t := b.t
 	if !t.usable() {
@@ -343,5 +344,3 @@ func (b *bucket) KeyN() int {
 	}
 	return int(n)
 }
-
-func (b *bucket) SetFillPercent(float64) {}
