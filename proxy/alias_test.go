@@ -87,7 +87,7 @@ func scribbleBytes(b []byte) {
 
 // keptAliases walks s and returns where each string that shows
 // scribbled bytes is kept (a field path such as
-// "Server.composed.lru.items{key}.rel"), and how many strings it looked
+// "Server.engine.composed.lru.items{key}.rel"), and how many strings it looked
 // at. Call it only while nothing runs on s (after waitFills).
 //
 // The walk follows pointers and interfaces only into the proxy's own types
@@ -554,7 +554,7 @@ func TestKeptAliasesSeesEveryCache(t *testing.T) {
 			t.Errorf("the walk did not find the string planted in %s; it found:\n%s", where, all)
 		}
 	}
-	if !strings.Contains(all, "Server.audit.ch<-0.") {
+	if !strings.Contains(all, "Server.engine.audit.ch<-0.") {
 		t.Errorf("the walk did not find the queued audit event; it found:\n%s", all)
 	}
 	if len(s.audit.ch) != 1 {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,7 @@ const (
 )
 
 type auditQueue struct {
-	s        *Server
+	s        *engine
 	ch       chan deniedFile
 	interval time.Duration // audit.aggregate_interval
 	met      *auditMetrics
@@ -69,7 +70,7 @@ type deniedFile struct {
 	rel   string // key.rel as events show it: credentials redacted
 }
 
-func newAuditQueue(s *Server, o AuditOptions, reg prometheus.Registerer) (*auditQueue, error) {
+func newAuditQueue(s *engine, o AuditOptions, reg prometheus.Registerer) (*auditQueue, error) {
 	seen, err := simplelru.NewLRU[denialKey, time.Time](auditSeenSize, nil)
 	if err != nil {
 		return nil, err
@@ -121,7 +122,7 @@ func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 		TargetType:    store.AuditTargetMavenUpstream,
 		TargetDetails: upURL + "/" + shown,
 		Message:       "Blocked package request - " + v.Reason() + " (registry " + strconv.FormatInt(x.reg.id, 10) + ")",
-		IPAddress:     x.ctx.RemoteIP().String(),
+		IPAddress:     remoteIP(x.remote).String(),
 		CreatedAt:     now,
 	}}
 	// GitLab's authors: a user by id; a deploy token as author -2 under
@@ -147,6 +148,15 @@ func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
 		}
 	}
 	q.aggregate(r, reason)
+}
+
+// remoteIP is the IP of a client's address, as fasthttp's RemoteIP
+// reads it: 0.0.0.0 for an address that is not TCP's.
+func remoteIP(a net.Addr) net.IP {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP
+	}
+	return net.IPv4zero
 }
 
 // aggregate counts r in its aggregate. Call with q.mu held.

@@ -71,7 +71,7 @@ func callerOf(x *exchange) auditCaller {
 	case auth.DeployToken:
 		return auditCaller{kind: auth.DeployToken, id: x.who.Deploy.ID}
 	}
-	return auditCaller{kind: auth.Anonymous, client: clientOf(clientAddr(x.ctx.RemoteAddr()))}
+	return auditCaller{kind: auth.Anonymous, client: clientOf(clientAddr(x.remote))}
 }
 
 // tokenBucket is a budget of perMinute events, refilled continuously and

@@ -24,7 +24,7 @@ const (
 	auditExpireInterval = 10 * time.Minute
 )
 
-func (s *Server) expireAudit(stop <-chan struct{}) (int, error) {
+func (s *engine) expireAudit(stop <-chan struct{}) (int, error) {
 	retention := s.opts.Audit.Retention
 	if retention <= 0 {
 		return 0, nil
@@ -67,7 +67,7 @@ func (s *Server) expireAudit(stop <-chan struct{}) (int, error) {
 
 // auditRetention runs expireAudit at once and every auditExpireInterval
 // until stop closes.
-func (s *Server) auditRetention(stop, done chan struct{}) {
+func (s *engine) auditRetention(stop, done chan struct{}) {
 	defer close(done)
 	every.TickNow(stop, auditExpireInterval, func() {
 		if _, err := s.expireAudit(stop); err != nil {
@@ -78,7 +78,7 @@ func (s *Server) auditRetention(stop, done chan struct{}) {
 
 // startAuditRetention starts the retention job when audit.retention is
 // set. Call with s.bgMu held.
-func (s *Server) startAuditRetention() {
+func (s *engine) startAuditRetention() {
 	if s.opts.Audit.Retention <= 0 || s.retentionStop != nil {
 		return
 	}
@@ -88,7 +88,7 @@ func (s *Server) startAuditRetention() {
 
 // stopAuditRetention stops the job and waits for a run in progress. Call
 // with s.bgMu held.
-func (s *Server) stopAuditRetention() {
+func (s *engine) stopAuditRetention() {
 	if s.retentionStop != nil {
 		close(s.retentionStop)
 		<-s.retentionDone

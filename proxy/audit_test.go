@@ -260,7 +260,8 @@ func TestAuditCallerOf(t *testing.T) {
 	caller := func(who auth.Principal, addr string) auditCaller {
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&fasthttp.Request{}, net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr)), nil)
-		return callerOf(&exchange{ctx: &ctx, who: who})
+		// As download does: resolution reads the caller's address, not the request.
+		return callerOf(&exchange{ctx: &ctx, who: who, remote: ctx.RemoteAddr()})
 	}
 	alice := auth.Principal{Kind: auth.PersonalToken, User: store.User{ID: 7}}
 	ci := auth.Principal{Kind: auth.DeployToken, Deploy: store.DeployToken{ID: 7}}

@@ -71,7 +71,7 @@ func (d *downloadCounter) take() []store.DownloadCount {
 
 // FlushDownloads writes the accumulated download counts now. A failed write
 // puts the batch back, so the counts are not lost to a transient error.
-func (s *Server) FlushDownloads() error {
+func (s *engine) FlushDownloads() error {
 	// One flush at a time: eviction flushes before it picks the least
 	// recently used entries, and must not run while the periodic flush
 	// holds the latest counts on their way to the index.
@@ -125,7 +125,7 @@ const collectRest = 1
 // round; the commits that give the collector work wake every node's
 // collector, so the holder's next round takes what came in while it ran.
 // The result's Busy adds up the batches' own work.
-func (s *Server) collect(stop <-chan struct{}, batches int) (store.CollectResult, error) {
+func (s *engine) collect(stop <-chan struct{}, batches int) (store.CollectResult, error) {
 	var total store.CollectResult
 	unlock, run, err := s.jobLease(jobCollect)
 	if err != nil {
@@ -169,7 +169,7 @@ func (s *Server) collect(stop <-chan struct{}, batches int) (store.CollectResult
 
 // collector runs the collector every cache.collect_interval, and at once
 // when a delete or purge commits (store.CollectWanted), until stop closes.
-func (s *Server) collector(stop, done chan struct{}) {
+func (s *engine) collector(stop, done chan struct{}) {
 	defer close(done)
 	every.TickOrWake(stop, s.st.CollectWanted(), s.opts.Cache.CollectInterval, func() {
 		if _, err := s.collect(stop, 0); err != nil {
@@ -184,7 +184,7 @@ func (s *Server) collector(stop, done chan struct{}) {
 
 // flusher writes the download counts every cache.flush_interval until stop
 // closes.
-func (s *Server) flusher(stop, done chan struct{}) {
+func (s *engine) flusher(stop, done chan struct{}) {
 	defer close(done)
 	every.Tick(stop, s.opts.Cache.FlushInterval, func() {
 		if err := s.FlushDownloads(); err != nil {
@@ -198,7 +198,7 @@ func (s *Server) flusher(stop, done chan struct{}) {
 // at once after a delete or purge; a purge left by a crash is resumed at the
 // first period), the evictor (evict.go), the audit retention job
 // (audit_retention.go) and the audit writer (audit.go).
-func (s *Server) Start() {
+func (s *engine) Start() {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
 	if s.flusherStop != nil {
@@ -216,7 +216,7 @@ func (s *Server) Start() {
 // StopCounting stops the flusher and the audit writer and writes what they
 // had not written yet (download counts, queued audit events). Call it after
 // Shutdown, so no request adds counts behind it.
-func (s *Server) StopCounting() error {
+func (s *engine) StopCounting() error {
 	s.bgMu.Lock()
 	stop, done := s.flusherStop, s.flusherDone
 	s.flusherStop = nil
@@ -231,7 +231,7 @@ func (s *Server) StopCounting() error {
 
 // StopCollector stops the evictor, the collector and the audit retention
 // job and waits for runs in progress.
-func (s *Server) StopCollector() {
+func (s *engine) StopCollector() {
 	s.bgMu.Lock()
 	s.stopEvictor()
 	s.stopAuditRetention()

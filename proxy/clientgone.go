@@ -5,8 +5,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"registryd/internal/sockpeek"
 )
 
@@ -20,24 +18,24 @@ const clientPoll = 250 * time.Millisecond
 var errClientGone = &apiError{status: 499, body: `{"message":"499 Client Closed Request"}`}
 
 // awaitReady waits for f's outcome, as <-f.ready does, and reports false
-// when the client of ctx went away first. fasthttp tells a handler nothing
+// when the client of conn went away first. fasthttp tells a handler nothing
 // when its client leaves, and a fill may wait long for a slot of the
 // upstream's cap (gate.go) or for the upstream's answer: meanwhile the
 // client's connection is looked at every clientPoll, by a peek that
 // neither reads nor blocks (sockpeek: the client closed or reset it; a
 // pipelined request waiting there means it is still there). The caller releases the flight when the client
 // is gone: a fill nobody else waits for is then dequeued (flight.orphaned)
-// instead of asking the upstream for nobody. A nil ctx (a merge, which has
+// instead of asking the upstream for nobody. A nil conn (a merge, which has
 // no one client) just waits.
-func (s *Server) awaitReady(ctx *fasthttp.RequestCtx, f *flight) bool {
+func (s *engine) awaitReady(conn net.Conn, f *flight) bool {
 	select {
 	case <-f.ready:
 		return true
 	default:
 	}
 	var rc syscall.RawConn
-	if ctx != nil {
-		rc = rawConn(ctx.Conn())
+	if conn != nil {
+		rc = rawConn(conn)
 	}
 	if rc == nil {
 		<-f.ready

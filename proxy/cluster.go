@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/valyala/fasthttp"
-
 	"registryd/internal/clusterjob"
 	"registryd/maven"
 	"registryd/store"
@@ -48,8 +46,6 @@ func (e *leaseError) Unwrap() error { return e.err }
 
 const leaseReason = "the index database is unavailable (cluster fill lease)"
 
-var errLeaseAnswer = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - "+leaseReason)
-
 func isLeaseError(err error) bool {
 	var le *leaseError
 	return errors.As(err, &le)
@@ -66,7 +62,7 @@ func fillKey(f *flight) string {
 // reads f's entry again under it. done means the flight is decided and
 // finished here (filled elsewhere, or a lease failure) and the fill must
 // not go on; otherwise unlock gives the lease back at the fill's end.
-func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
+func (s *engine) leaseFill(f *flight) (unlock func(), done bool) {
 	if !s.st.Clustered() {
 		return noUnlock, false
 	}
@@ -129,7 +125,7 @@ func (s *Server) leaseFill(f *flight) (unlock func(), done bool) {
 // or its object). A bucket that does not answer counts as readable: the
 // serve then answers 503 with the reason, where a fetch would publish into
 // the same unreachable bucket.
-func (s *Server) blobReadable(ctx context.Context, e store.CacheEntry) bool {
+func (s *engine) blobReadable(ctx context.Context, e store.CacheEntry) bool {
 	ok, err := s.blobs.Present(ctx, e.SHA256, e.Size)
 	return ok || err != nil
 }
@@ -141,7 +137,7 @@ func newLeaseSlots(maxLocks int) chan struct{} {
 }
 
 // leaseFailed ends a flight whose lease (or the read under it) failed.
-func (s *Server) leaseFailed(f *flight, err error) {
+func (s *engine) leaseFailed(f *flight, err error) {
 	if s.fillCtx.Err() != nil {
 		err = errShutdown
 	} else {
@@ -153,25 +149,6 @@ func (s *Server) leaseFailed(f *flight, err error) {
 	f.finish(store.CacheEntry{}, nil)
 }
 
-// serveElsewhere answers x with the entry another node stored for its
-// file (a flightElsewhere's), from upstream up. The entry is served as a
-// hit would serve it; its blob missing here too means it went meanwhile,
-// and the client gets 503 rather than a fetch that would find the entry
-// again.
-func (s *Server) serveElsewhere(x *exchange, up *upstreamView, f *flight) error {
-	e, _ := f.result()
-	f.release()
-	x.res, x.up = resJoin, up.id
-	err := s.serveEntry(x, newEntryView(s, up, x.path.EntryRel(), e))
-	if errors.Is(err, errBlobGone) {
-		return errElsewhereGone
-	}
-	return err
-}
-
-var errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
-	"503 Service Unavailable - the file was stored by another node and could not be read; try again")
-
 // Scheduled jobs that run once per cluster (clusterjob): the download-count
 // flush stays per node, its counts being added.
 const (
@@ -180,7 +157,7 @@ const (
 )
 
 // jobLease takes the lease of one round of job (see clusterjob.Try).
-func (s *Server) jobLease(job string) (unlock func(), run bool, err error) {
+func (s *engine) jobLease(job string) (unlock func(), run bool, err error) {
 	return clusterjob.Try(s.st, job, s.met.jobSkipped, s.log)
 }
 

@@ -97,8 +97,8 @@ func (in *docInput) until(t time.Time) {
 	}
 }
 
-// resolveComposed answers x with a composed document.
-func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
+// resolveComposed resolves x to a composed document, for serveComposed.
+func (s *engine) resolveComposed(x *exchange, k composeKind, gen uint64) (*composedView, error) {
 	rel := x.path.EntryRel()
 	key := entryKey{x.reg.id, rel}
 	now := s.now()
@@ -114,7 +114,7 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
 				}
 			}
 			s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone).Inc()
-			return err
+			return nil, err
 		}
 		s.composed.add(key, v)
 		x.res = v.res
@@ -122,7 +122,7 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
 	for _, d := range v.denied {
 		s.deny(x, d.up, d.verdict)
 	}
-	return s.serveComposed(x, v)
+	return v, nil
 }
 
 // gather gets every upstream's document at once, in position order.
@@ -131,7 +131,7 @@ func (s *Server) resolveComposed(x *exchange, k composeKind, gen uint64) error {
 // metadata.partial_ttl), upstreams that failed: the cache generation moves
 // with every fill anywhere, and asking a failing upstream again each time
 // would defeat the point of keeping the partial answer.
-func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
+func (s *engine) gather(x *exchange, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
 	reg := x.reg
 	ins := make([]docInput, len(reg.ups))
 	var c maven.Coordinates
@@ -174,7 +174,7 @@ func (s *Server) gather(x *exchange, k composeKind, rel string, gen uint64, prev
 // that upstream alone would: its fresh entry; a stale one revalidated (the
 // stale copy when the upstream fails or is down); else a fill, unless the
 // upstream is remembered not to have it or is unhealthy.
-func (s *Server) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
+func (s *engine) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
 	for attempt := 1; ; attempt++ {
 		seen := gen
 		if attempt > 1 {
@@ -207,7 +207,7 @@ func (s *Server) upstreamDoc(in *docInput, rel string, meta bool, gen uint64) {
 
 // storedDoc handles an upstream that has an entry for the document; false
 // means look again (the cache changed meanwhile).
-func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bool, seen uint64) bool {
+func (s *engine) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bool, seen uint64) bool {
 	up, now := in.up, s.now()
 	validity := up.validity
 	if meta {
@@ -244,37 +244,31 @@ func (s *Server) storedDoc(in *docInput, rel string, e store.CacheEntry, meta bo
 	}
 	in.fetched = true
 	<-f.ready
-	switch f.kind {
+	switch o := s.settle(f, true); o.kind {
 	case flightStreaming:
 		return s.flightDoc(in, f)
 	case flightNotModified:
-		f.release()
 		in.stored(e, s.blobs)
 		if validity > 0 {
 			in.until(now.Add(validity))
 		}
 		return true
 	case flightNotFound:
-		if !f.reval {
-			s.dropGone(f)
-		}
-		f.release()
 		s.absentDoc(in, errAbsent, meta, now)
 		return true
 	case flightElsewhere:
 		// Revalidated by another node of the cluster: read it again.
-		f.release()
 		return false
+	default:
+		s.log.Warn("revalidation failed; merging the stale copy", "upstream", up.id, "path", e.RelativePath,
+			"err", failureReason(o.err))
 	}
-	s.log.Warn("revalidation failed; merging the stale copy", "upstream", up.id, "path", e.RelativePath,
-		"err", failureReason(f.err))
-	f.release()
 	return staleCopy()
 }
 
 // fetchDoc handles an upstream without an entry for the document; false
 // means look again.
-func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool {
+func (s *engine) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool {
 	now := s.now()
 	t := s.askFor(in.up, rel, seen)
 	if t.err != nil {
@@ -290,28 +284,25 @@ func (s *Server) fetchDoc(in *docInput, rel string, meta bool, seen uint64) bool
 		return false
 	}
 	in.fetched = true
-	switch f.kind {
+	switch o := s.settle(f, false); o.kind {
 	case flightStreaming:
 		return s.flightDoc(in, f)
 	case flightNotModified, flightElsewhere:
 		// Joined the revalidation of an entry stored since the lookup, or
 		// another node of the cluster stored it: read it again.
-		f.release()
 		return false
 	case flightNotFound:
-		f.release()
 		s.absentDoc(in, errAbsent, meta, now)
-		return true
+	default:
+		in.err = o.err
+		in.until(now.Add(s.opts.Metadata.PartialTTL))
 	}
-	in.err = f.err
-	in.until(now.Add(s.opts.Metadata.PartialTTL))
-	f.release()
 	return true
 }
 
 // absentDoc records an upstream without the document, for as long as its
 // 404 is remembered.
-func (s *Server) absentDoc(in *docInput, err error, meta bool, now time.Time) {
+func (s *engine) absentDoc(in *docInput, err error, meta bool, now time.Time) {
 	ttl := in.up.notFoundTTL
 	if meta {
 		ttl = in.up.metaNotFoundTTL
@@ -329,7 +320,7 @@ var errDocTooLarge = &refusedError{label: refusedAnswer, reason: "document large
 // lower. A larger document is not downloaded past the limit nor stored:
 // its fill is refused as that upstream's answer (remembered a while, so it
 // is not fetched again meanwhile), whoever asked for it.
-func (s *Server) fillLimit(rel string) (int64, error) {
+func (s *engine) fillLimit(rel string) (int64, error) {
 	if max := s.opts.Metadata.MaxDocumentBytes; max < s.maxFile && (maven.IsMetadata(rel) || rel == maven.PrefixesFile) {
 		return max, errDocTooLarge
 	}
@@ -346,7 +337,7 @@ var unaccounted = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregister
 // document at once would each hold a copy otherwise). A small body read
 // whole by the fill is shared as it is; only an uncached one (a full disk)
 // is read from the flight, the one way to have it.
-func (s *Server) flightDoc(in *docInput, f *flight) bool {
+func (s *engine) flightDoc(in *docInput, f *flight) bool {
 	max := s.opts.Metadata.MaxDocumentBytes
 	now := s.now()
 	if f.size > max {
@@ -424,7 +415,7 @@ func (s *Server) flightDoc(in *docInput, f *flight) bool {
 }
 
 // read returns the input's document, reading its blob once.
-func (in *docInput) read(s *Server) ([]byte, error) {
+func (in *docInput) read(s *engine) ([]byte, error) {
 	if in.body != nil || in.err != nil {
 		return in.body, in.err
 	}

@@ -136,7 +136,7 @@ func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
 // compose builds the answer out of the inputs; prev, the view kept from
 // before, is reused when its inputs are the same (a new cache generation
 // seldom changes a document).
-func (s *Server) compose(x *exchange, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
+func (s *engine) compose(x *exchange, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
 	v := &composedView{gen: gen, inputs: inputsDigest(k, ins), res: resHit}
 	for i := range ins {
 		in := &ins[i]
@@ -182,7 +182,7 @@ func (v *composedView) from(built *composedView) *composedView {
 }
 
 // build merges the inputs into v, within the room for merges.
-func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
+func (s *engine) build(x *exchange, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
 	// The merge weighs the documents it will read: one over
 	// metadata.max_document_bytes is refused unread (docInput.read).
 	var weight int64
@@ -234,7 +234,7 @@ func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 			}
 		}
 	}
-	v.lastMod = string(fasthttp.AppendHTTPDate(nil, newest))
+	v.lastMod = httpDate(newest)
 	if v.merge != mergeSingle {
 		v.mergeHdr = mergeHeader(v)
 	}
@@ -246,7 +246,7 @@ func (s *Server) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 
 // refusedView completes v, whose inputs cannot be merged within the limits
 // (v.refused), as an answer kept while they stand.
-func (s *Server) refusedView(x *exchange, v *composedView) *composedView {
+func (s *engine) refusedView(x *exchange, v *composedView) *composedView {
 	v.merge = mergeNone
 	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone)
 	s.log.Warn("merged metadata refused", "registry", x.reg.id, "path", x.path.EntryRel(), "reason", v.refused.body)
@@ -254,7 +254,7 @@ func (s *Server) refusedView(x *exchange, v *composedView) *composedView {
 }
 
 // docLimits bound an upstream's maven-metadata.xml and a merged one.
-func (s *Server) docLimits() maven.MetadataLimits {
+func (s *engine) docLimits() maven.MetadataLimits {
 	m := s.opts.Metadata
 	return maven.MetadataLimits{Bytes: m.MaxDocumentBytes, Versions: m.MaxVersions, Elements: m.MaxElements}
 }
@@ -265,7 +265,7 @@ func (s *Server) docLimits() maven.MetadataLimits {
 // than the path is that upstream's failure. One document, nothing left out
 // and no upstream failed: its own bytes. A merged answer over the limits
 // is refused (v.refused).
-func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
+func (s *engine) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
 	lim := s.docLimits()
 	docs := make([]*maven.Metadata, len(ins))
 	var c maven.Coordinates
@@ -345,7 +345,7 @@ func (s *Server) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 // file outside the list, so a list missing an upstream's prefixes would
 // make it refuse files that upstream holds, where a 404 turns the filter
 // off for the registry.
-func (s *Server) mergePrefixes(v *composedView, ins []docInput) error {
+func (s *engine) mergePrefixes(v *composedView, ins []docInput) error {
 	max := s.opts.Metadata.MaxDocumentBytes
 	lists := make([][]string, 0, len(ins))
 	for i := range ins {
@@ -380,7 +380,7 @@ func prefixAbsence(err error) string {
 // into that upstream's failure, remembered by the document's digest for
 // metadata.partial_ttl (see storedDoc). A blob file that has gone is
 // removed from the index, so the next answer fetches the document again.
-func (s *Server) badInput(in *docInput, err error) error {
+func (s *engine) badInput(in *docInput, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		s.log.Error("a cached document's blob file is missing; fetching it again",
 			"upstream", in.up.id, "path", in.entry, "blob", in.digest)
@@ -484,7 +484,7 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 
 // countComposed counts a download of every entry that went into v (GETs
 // only, as for any file: not HEAD, not 304).
-func (s *Server) countComposed(v *composedView) {
+func (s *engine) countComposed(v *composedView) {
 	now := s.now()
 	for _, c := range v.contributors {
 		s.downloads.add(c.up, c.rel, now)

@@ -76,6 +76,20 @@ var (
 	errInsufficientStorage = message(fasthttp.StatusInsufficientStorage, "507 Insufficient Storage - the data volume is full")
 )
 
+// The answers of resolution's failures.
+var (
+	// errAllDenied is GitLab's answer when the rules leave no upstream for
+	// a file; problem documents name each upstream's rule.
+	errAllDenied = message(fasthttp.StatusForbidden,
+		"403 Forbidden - All upstreams are filtered out because of existing allow/deny rules")
+	// errLeaseAnswer answers a fill without its cluster lease (leaseError).
+	errLeaseAnswer = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - "+leaseReason)
+	// errElsewhereGone answers a file another node stored just now whose
+	// blob cannot be read here (see blobGone).
+	errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
+		"503 Service Unavailable - the file was stored by another node and could not be read; try again")
+)
+
 // upstreamFailure is one upstream that did not serve a miss, and why.
 type upstreamFailure struct {
 	upstream int64
@@ -136,7 +150,7 @@ func (e *unavailableError) retryAfter() time.Duration {
 
 // notAsked returns why up is not asked for rel now, counted in
 // registryd_upstream_skipped_total, or nil when it may be.
-func (s *Server) notAsked(up *upstreamView, rel string) error {
+func (s *engine) notAsked(up *upstreamView, rel string) error {
 	c, ok := s.health.Check(up.id, rel)
 	if ok {
 		return nil
@@ -145,7 +159,7 @@ func (s *Server) notAsked(up *upstreamView, rel string) error {
 }
 
 // skipped counts and returns the failure of an upstream not asked.
-func (s *Server) skipped(up *upstreamView, c upstream.Closure) error {
+func (s *engine) skipped(up *upstreamView, c upstream.Closure) error {
 	reason := skipUnhealthy
 	if c.Path {
 		reason = skipFailingPath

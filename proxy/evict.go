@@ -121,7 +121,7 @@ func newEvictState(reg prometheus.Registerer, maxBytes int64, minFree float64) (
 }
 
 // evictWant is how many bytes of blobs to free now, and why.
-func (s *Server) evictWant() (int64, string) {
+func (s *engine) evictWant() (int64, string) {
 	var want int64
 	var reason string
 	_, used := s.blobs.Stats()
@@ -138,7 +138,7 @@ func (s *Server) evictWant() (int64, string) {
 	return want, reason
 }
 
-func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
+func (s *engine) evict(stop <-chan struct{}) (EvictResult, error) {
 	s.ev.mu.Lock() // one run at a time: a second would evict for the same want
 	defer s.ev.mu.Unlock()
 	want, reason := s.evictWant()
@@ -208,7 +208,7 @@ func (s *Server) evict(stop <-chan struct{}) (EvictResult, error) {
 
 // buildUseIndex completes the least-recently-used index of a database from
 // before it, in batches (store.BuildUseIndex).
-func (s *Server) buildUseIndex(stop <-chan struct{}) error {
+func (s *engine) buildUseIndex(stop <-chan struct{}) error {
 	if s.st.UseIndexReady() {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (s *Server) buildUseIndex(stop <-chan struct{}) error {
 
 // rest pauses as long as a batch's own work took (see collectRest); false
 // when stop closed meanwhile.
-func (s *Server) rest(stop <-chan struct{}, took time.Duration) bool {
+func (s *engine) rest(stop <-chan struct{}, took time.Duration) bool {
 	d := time.Duration(collectRest * float64(took))
 	if s.onRest != nil {
 		s.onRest(d)
@@ -252,7 +252,7 @@ func (s *Server) rest(stop <-chan struct{}, took time.Duration) bool {
 }
 
 // evictor checks the marks every evictEvery until stop closes.
-func (s *Server) evictor(stop, done chan struct{}) {
+func (s *engine) evictor(stop, done chan struct{}) {
 	defer close(done)
 	// The index of a database from before it is built now, in the
 	// background, rather than by the first eviction, which would wait for
@@ -274,7 +274,7 @@ func (s *Server) evictor(stop, done chan struct{}) {
 }
 
 // startEvictor runs the evictor when a mark is set.
-func (s *Server) startEvictor() {
+func (s *engine) startEvictor() {
 	if s.opts.Cache.MaxBytes <= 0 && s.opts.Cache.MinFreeFraction <= 0 {
 		return
 	}
@@ -283,7 +283,7 @@ func (s *Server) startEvictor() {
 }
 
 // stopEvictor stops the evictor and waits for a run in progress.
-func (s *Server) stopEvictor() {
+func (s *engine) stopEvictor() {
 	if s.ev.stop != nil {
 		close(s.ev.stop)
 		<-s.ev.done

@@ -9,8 +9,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"registryd/maven"
 	"registryd/store"
 	"registryd/store/blob"
@@ -26,11 +24,18 @@ import (
 // answer from about 1 ms after the upstream's to about 3.
 const memBodyMax = sendfileMin
 
+// statusNotModified is an upstream's 304.
+const statusNotModified = 304
+
 // errLongBody is a body that went on past its Content-Length.
 var errLongBody = &refusedError{label: refusedAnswer, reason: "body longer than its Content-Length"}
 
-// fill runs one flight to its end.
-func (s *Server) fill(f *flight) {
+// fill runs one flight to its end: the upstream's answer (ask), then its
+// body (takeBody): read whole when it is small (fillSmall), else streamed
+// to the cache's temp file, or uncached through memory when the disk has no
+// room for it (stream, passThrough), both ending in the one tail of a
+// streamed body (bodyRead).
+func (s *engine) fill(f *flight) {
 	defer s.fills.Done()
 	defer f.release()
 	f.max, f.tooLarge = s.fillLimit(f.key.rel)
@@ -44,12 +49,30 @@ func (s *Server) fill(f *flight) {
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, s.opts.Upstreams.FillTimeout)
 	defer cancel()
-
-	// Wait for a slot of the upstream's cap, then for the health tracker's
-	// leave: an upstream that turned unhealthy while this fill queued is
-	// not asked.
-	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
+	sl, ok := s.admitFill(ctx, f)
 	defer sl.release()
+	if !ok {
+		return
+	}
+	epoch := s.st.ForgetEpoch(f.up.id)
+	var temp *pendingTemp
+	if !f.reval && s.blobs.DiskStatus().Filling {
+		temp = s.prepareTemp()
+	}
+	resp := s.ask(ctx, f, temp, epoch)
+	if resp == nil {
+		return
+	}
+	defer resp.Body.Close()
+	sl.sized(resp.ContentLength)
+	s.takeBody(ctx, f, resp, temp)
+}
+
+// admitFill waits for a slot of the upstream's cap, then for the health
+// tracker's leave: an upstream that turned unhealthy while this fill
+// queued is not asked. false: the flight is decided and finished.
+func (s *engine) admitFill(ctx context.Context, f *flight) (*slot, bool) {
+	sl, err := s.gates.acquire(ctx, f.up.id, !smallByPath(f.key.rel))
 	f.slot.Store(sl)
 	if err != nil {
 		if s.fillCtx.Err() != nil {
@@ -57,29 +80,31 @@ func (s *Server) fill(f *flight) {
 		}
 		f.decide(flightFailed, err)
 		f.finish(store.CacheEntry{}, nil)
-		return
+		return sl, false
 	}
 	tk, closed, ok := s.health.Begin(f.up.id, f.key.rel)
 	if !ok {
 		f.decide(flightFailed, s.skipped(f.up, closed))
 		f.finish(store.CacheEntry{}, nil)
-		return
+		return sl, false
 	}
 	f.ticket = tk
-	epoch := s.st.ForgetEpoch(f.up.id)
+	return sl, true
+}
 
+// noBody ends a flight whose answer brings no body. The prepared temp file
+// goes before the flight is done: once it is, nothing of it is left in
+// DATA_DIR/tmp.
+func (f *flight) noBody(temp *pendingTemp, kind flightKind, err error) {
+	f.decide(kind, err)
+	temp.drop()
+	f.finish(store.CacheEntry{}, nil)
+}
+
+// ask sends the flight's request, and ends the flight on every answer that
+// brings no body (a failure, 404 or 410, 304): nil then.
+func (s *engine) ask(ctx context.Context, f *flight, temp *pendingTemp, epoch uint64) *upstream.Response {
 	start := time.Now()
-	var temp *pendingTemp
-	if !f.reval && s.blobs.DiskStatus().Filling {
-		temp = s.prepareTemp()
-	}
-	// Outcomes without a body drop the prepared temp file before the
-	// flight is done: once it is, nothing of it is left in DATA_DIR/tmp.
-	noBody := func(kind flightKind, err error) {
-		f.decide(kind, err)
-		temp.drop()
-		f.finish(store.CacheEntry{}, nil)
-	}
 	get := s.up.Get
 	if f.reval {
 		get = s.up.Revalidate
@@ -92,56 +117,73 @@ func (s *Server) fill(f *flight) {
 	case f.dropped.Load():
 		err = errAbandoned
 	}
-	s.judge(tk, err)
+	s.judge(f.ticket, err)
 	if err != nil {
 		s.met.upstream(f.up, outcomeOf(err), start)
-		switch {
-		case errors.Is(err, upstream.ErrNotFound):
-			if f.reval {
-				s.dropGone(f)
-			}
-			s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
-			noBody(flightNotFound, nil)
-		case errors.Is(err, upstream.ErrBadAnswer), errors.Is(err, upstream.ErrBlocked):
-			// Refused, by the client or by policy (a redirect to an
-			// address registryd does not connect to): remembered, so a
-			// client's retry does not ask again at once.
-			noBody(flightFailed, s.refuse(f, err))
-		default:
-			noBody(flightFailed, err)
-		}
-		return
+		kind, err := s.askFailed(f, err, epoch)
+		f.noBody(temp, kind, err)
+		return nil
 	}
-	defer resp.Body.Close()
-
-	if resp.Status == fasthttp.StatusNotModified || (f.etag != "" && resp.ETag == f.etag) {
-		if f.etag == "" {
-			s.met.upstream(f.up, outcomeServerError, start)
-			noBody(flightFailed, errUnexpected304)
-			return
-		}
-		s.met.upstream(f.up, outcomeNotModified, start)
-		// With too many stores waiting the check is not recorded: the
-		// stored copy is served all the same, and revalidated again next
-		// time (pendingstores.go).
-		if release, ok := s.stores.take(turnedAwayCheck, f); ok {
-			if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
-				s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
-			}
-			release()
-		}
-		noBody(flightNotModified, nil)
-		return
+	if resp.Status == statusNotModified || (f.etag != "" && resp.ETag == f.etag) {
+		kind, err := s.notModified(f, start)
+		f.noBody(temp, kind, err)
+		resp.Body.Close()
+		return nil
 	}
 	s.met.upstreamDur.WithLabelValues(f.up.label).Observe(time.Since(start).Seconds())
-	sl.sized(resp.ContentLength)
+	return resp
+}
 
+// askFailed is the outcome of a request that failed: 404 and 410 are
+// remembered (and end a revalidated entry), refusals too.
+func (s *engine) askFailed(f *flight, err error, epoch uint64) (flightKind, error) {
+	switch {
+	case errors.Is(err, upstream.ErrNotFound):
+		if f.reval {
+			s.dropGone(f)
+		}
+		s.marks.rememberAbsent(s.st, f.up, f.key.rel, epoch, s.now())
+		return flightNotFound, nil
+	case errors.Is(err, upstream.ErrBadAnswer), errors.Is(err, upstream.ErrBlocked):
+		// Refused, by the client or by policy (a redirect to an address
+		// registryd does not connect to): remembered, so a client's retry
+		// does not ask again at once.
+		return flightFailed, s.refuse(f, err)
+	}
+	return flightFailed, err
+}
+
+// notModified is the outcome of a 304 (or a 200 with the stored ETag): the
+// stored copy is current, and its check recorded.
+func (s *engine) notModified(f *flight, start time.Time) (flightKind, error) {
+	if f.etag == "" {
+		s.met.upstream(f.up, outcomeServerError, start)
+		return flightFailed, errUnexpected304
+	}
+	s.met.upstream(f.up, outcomeNotModified, start)
+	// With too many stores waiting the check is not recorded: the stored
+	// copy is served all the same, and revalidated again next time
+	// (pendingstores.go).
+	if release, ok := s.stores.take(turnedAwayCheck, f); ok {
+		if err := s.st.TouchCacheEntry(f.up.id, f.relSlash, s.now()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("recording a revalidation", "upstream", f.up.id, "path", f.relSlash, "err", err)
+		}
+		release()
+	}
+	return flightNotModified, nil
+}
+
+// takeBody admits the body of a 2xx answer (its length, its checksums, its
+// first bytes) and runs it: a body that is (or may be, when its length is
+// unknown) small is read whole before anyone is answered (fillSmall); a
+// longer one streams on from what was read of it.
+func (s *engine) takeBody(ctx context.Context, f *flight, resp *upstream.Response, temp *pendingTemp) {
 	if resp.ContentLength > f.max {
 		s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 		if refusal(f.tooLarge) {
 			s.refuse(f, f.tooLarge)
 		}
-		noBody(flightFailed, f.tooLarge)
+		f.noBody(temp, flightFailed, f.tooLarge)
 		return
 	}
 	exp, err := s.admit(ctx, f, resp)
@@ -156,24 +198,19 @@ func (s *Server) fill(f *flight) {
 		f.ctype = maven.ContentType(f.key.rel)
 	}
 	f.hdrSHA1, f.hdrMD5 = exp.sha1, exp.md5
-	// A body that is (or may be, when its length is unknown) small is read
-	// whole before anyone is answered; a longer one streams on from what
-	// was read of it.
 	var head []byte
 	if f.size <= memBodyMax {
 		var whole bool
 		head, whole, err = readHead(resp.Body, f.size)
+		if err == nil && whole && int64(len(head)) > f.max {
+			err = f.tooLarge
+		}
 		if err != nil {
 			temp.drop()
 			s.failBody(f, err)
 			return
 		}
 		if whole {
-			if int64(len(head)) > f.max {
-				temp.drop()
-				s.failBody(f, f.tooLarge)
-				return
-			}
 			f.size = int64(len(head))
 			s.fillSmall(f, resp, head, exp, temp)
 			return
@@ -185,6 +222,13 @@ func (s *Server) fill(f *flight) {
 		s.failBody(f, err)
 		return
 	}
+	s.stream(ctx, f, resp, body, exp, temp)
+}
+
+// stream writes a body to the cache's temp file as its clients read it
+// behind the fill; it goes on uncached (passThrough) when the disk has no
+// room for it, before or while it is written.
+func (s *engine) stream(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected, temp *pendingTemp) {
 	unreserve, room := s.blobs.Reserve(f.size)
 	defer unreserve()
 	if !room {
@@ -209,7 +253,6 @@ func (s *Server) fill(f *flight) {
 		// upstream is fast: let them send their headers first.
 		runtime.Gosched()
 	}
-
 	if err := s.copyBody(f, body, w); err != nil {
 		if df := (*diskFullError)(nil); errors.As(err, &df) {
 			s.passThrough(ctx, f, resp, body, exp, w, df.rest, diskStageWrite, df.err)
@@ -219,29 +262,39 @@ func (s *Server) fill(f *flight) {
 		s.failBody(f, err)
 		return
 	}
-	// The upstream connection goes back to the pool, and its slot to the
-	// next request, before the hashing and the fsync.
+	s.bodyRead(f, resp, exp, w, blob.Digests{})
+}
+
+// bodyRead is the one tail of a streamed body read to its clean end: into
+// the temp file w, or uncached through memory (w nil, d its digests:
+// passThrough). The upstream connection goes back to the pool, and its
+// slot to the next request, before the hashing and the fsync. With
+// checksums to check, the last byte waits for the digests: no client may
+// hold a complete-looking body that does not match them. A revalidation
+// answers nothing before its body is verified, the stored copy being the
+// answer until then. Otherwise the clients finish at once and the hashing
+// (usually done by now, see blob.Writer) ends behind them. Then the
+// body is stored (storeBody), unless it went uncached.
+func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *blob.Writer, d blob.Digests) {
 	resp.Body.Close()
 	f.freeSlot()
-	// With checksums to check, the last byte waits for the digests: no
-	// client may hold a complete-looking body that does not match them. A
-	// revalidation answers nothing before its body is verified, the stored
-	// copy being the answer until then. Otherwise the clients finish at
-	// once and the hashing (usually done by now, see blob.Writer) ends
-	// behind them.
-	verifyFirst := exp.any() || f.reval
-	var d blob.Digests
+	verifyFirst := exp.any() || f.reval || w == nil
 	var unsynced error // a full disk failed the fsync: the body is whole, but not stored
 	if verifyFirst {
-		d, err = w.Finish()
-		if blob.IsDiskFull(err) && d.SHA256 != "" {
-			unsynced, err = err, nil
+		var err error
+		if w != nil {
+			d, err = w.Finish()
+			if blob.IsDiskFull(err) && d.SHA256 != "" {
+				unsynced, err = err, nil
+			}
 		}
 		if err == nil {
 			err = exp.check(d)
 		}
 		if err != nil {
-			w.Abort()
+			if w != nil {
+				w.Abort()
+			}
 			s.failBody(f, err)
 			return
 		}
@@ -252,13 +305,29 @@ func (s *Server) fill(f *flight) {
 	if f.reval {
 		f.decide(flightStreaming, nil)
 	}
+	if w == nil {
+		if s.onComplete != nil {
+			s.onComplete()
+		}
+		f.finish(f.uncachedEntry(d), errNotCached)
+		return
+	}
+	s.storeBody(f, w, d, !verifyFirst, unsynced, resp.ETag)
+}
+
+// storeBody publishes a streamed body whole on its clients' side: hashed
+// here unless bodyRead did (hash), fsynced, and made the entry, unless too
+// many stores wait (notStored) or the disk is full (the flight then ends
+// uncached with its digests).
+func (s *engine) storeBody(f *flight, w *blob.Writer, d blob.Digests, hash bool, unsynced error, etag string) {
 	release, storing := s.stores.take(turnedAwayFill, f)
 	defer release()
 	if !storing {
-		s.notStored(f, w, d, !verifyFirst)
+		s.notStored(f, w, d, hash)
 		return
 	}
-	if !verifyFirst {
+	var err error
+	if hash {
 		if d, err = w.Finish(); d.SHA256 != "" {
 			f.setDigests(d)
 		}
@@ -271,7 +340,7 @@ func (s *Server) fill(f *flight) {
 	}
 	var entry store.CacheEntry
 	if err == nil {
-		entry, err = s.publish(f, w, d, resp.ETag)
+		entry, err = s.publish(f, w, d, etag)
 	}
 	if err != nil {
 		w.Abort()
@@ -289,7 +358,7 @@ func (s *Server) fill(f *flight) {
 // stored (too many stores wait, pendingstores.go): the temp file goes, and
 // the flight ends uncached with the body's digests, hashed here when hash
 // says they are not known yet.
-func (s *Server) notStored(f *flight, w *blob.Writer, d blob.Digests, hash bool) {
+func (s *engine) notStored(f *flight, w *blob.Writer, d blob.Digests, hash bool) {
 	if hash {
 		if sums, err := w.Detach(); err == nil {
 			d = blob.SumHashes(sums, w.Size())
@@ -302,7 +371,7 @@ func (s *Server) notStored(f *flight, w *blob.Writer, d blob.Digests, hash bool)
 
 // publish makes the verified body of f the cache entry of its upstream and
 // path.
-func (s *Server) publish(f *flight, w *blob.Writer, d blob.Digests, etag string) (store.CacheEntry, error) {
+func (s *engine) publish(f *flight, w *blob.Writer, d blob.Digests, etag string) (store.CacheEntry, error) {
 	s.marks.forget(f.up.id, f.key.rel)
 	return s.st.Publish(s.blobs, w, d, store.CacheEntry{
 		UpstreamID:   f.up.id,
@@ -313,7 +382,7 @@ func (s *Server) publish(f *flight, w *blob.Writer, d blob.Digests, etag string)
 	})
 }
 
-func (s *Server) storeFailed(f *flight, size int64, err error) {
+func (s *engine) storeFailed(f *flight, size int64, err error) {
 	s.met.storeErrors.Inc()
 	if blob.IsDiskFull(err) {
 		s.diskFull(diskStageStore, f, err)
@@ -328,7 +397,7 @@ func (s *Server) storeFailed(f *flight, size int64, err error) {
 // more), so none holds a complete-looking wrong file. When none was
 // answered yet (a small body, a revalidation), the flight fails like an
 // upstream error: the next upstream is asked, or the stored copy served.
-func (s *Server) failBody(f *flight, err error) {
+func (s *engine) failBody(f *flight, err error) {
 	switch {
 	case s.fillCtx.Err() != nil && !refusal(err):
 		err = errShutdown
@@ -359,7 +428,7 @@ func (s *Server) failBody(f *flight, err error) {
 // answers 404 or 410 for: resolution goes on down the list and stores the
 // file where it is found, which this entry would otherwise shadow on every
 // request.
-func (s *Server) dropGone(f *flight) {
+func (s *engine) dropGone(f *flight) {
 	switch err := s.st.DeleteCacheEntry(f.up.id, f.relSlash); {
 	case err == nil:
 		s.log.Info("the upstream no longer has a cached file; its entry was removed",
@@ -430,7 +499,7 @@ func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
 // every client in one write with its digests. The temp file is written,
 // hashed, fsynced and published afterwards, off the clients' path; a
 // failure there is logged and counted, and caches nothing.
-func (s *Server) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
+func (s *engine) fillSmall(f *flight, resp *upstream.Response, body []byte, exp expected, temp *pendingTemp) {
 	var err error
 	var d blob.Digests
 	switch {
@@ -531,7 +600,7 @@ type pendingTemp struct {
 	taken bool
 }
 
-func (s *Server) prepareTemp() *pendingTemp {
+func (s *engine) prepareTemp() *pendingTemp {
 	t := &pendingTemp{done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
@@ -540,7 +609,7 @@ func (s *Server) prepareTemp() *pendingTemp {
 	return t
 }
 
-func (s *Server) createTemp() (*blob.Writer, *os.File, error) {
+func (s *engine) createTemp() (*blob.Writer, *os.File, error) {
 	w, err := s.blobs.Create()
 	if err != nil {
 		return nil, nil, err
@@ -555,7 +624,7 @@ func (s *Server) createTemp() (*blob.Writer, *os.File, error) {
 
 // take returns the prepared temp file, waiting for it, or creates one when
 // none was prepared (t is nil).
-func (t *pendingTemp) take(s *Server) (*blob.Writer, *os.File, error) {
+func (t *pendingTemp) take(s *engine) (*blob.Writer, *os.File, error) {
 	if t == nil {
 		return s.createTemp()
 	}
@@ -576,7 +645,7 @@ func (t *pendingTemp) drop() {
 	}
 }
 
-func (s *Server) failBeforeStream(f *flight, err error) {
+func (s *engine) failBeforeStream(f *flight, err error) {
 	s.log.Error("starting a fill", "upstream", f.up.id, "path", f.relSlash, "err", err)
 	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeAborted).Inc()
 	f.decide(flightFailed, err)
@@ -585,7 +654,7 @@ func (s *Server) failBeforeStream(f *flight, err error) {
 
 // copyBody copies the body to the blob writer, publishing progress, and
 // checks that it ended cleanly with the announced length.
-func (s *Server) copyBody(f *flight, body io.Reader, w *blob.Writer) error {
+func (s *engine) copyBody(f *flight, body io.Reader, w *blob.Writer) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp

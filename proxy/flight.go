@@ -33,7 +33,7 @@ import (
 // This is the only deduplication layer: concurrent requests for the same
 // (upstream, path) join the flight in the map and never fetch again.
 type flight struct {
-	s        *Server
+	s        *engine
 	key      flightKey
 	relSlash string // the entry's relative path, with its leading slash
 	up       *upstreamView
@@ -134,7 +134,7 @@ var errLookAgain = errors.New("the cache changed since the lookup")
 // file. A flight leaves the map only after its entry is committed and the
 // generation bumped, so reading the generation under flightsMu, after
 // finding no flight, cannot miss that. seen == anyGen skips the check.
-func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint64) (f *flight, joined bool) {
+func (s *engine) join(up *upstreamView, rel, etag string, reval bool, seen uint64) (f *flight, joined bool) {
 	s.flightsMu.Lock()
 	if f, ok := s.flights[flightKey{up.id, rel}]; ok {
 		if f.refs.Add(1) == 2 {
@@ -174,7 +174,7 @@ func (s *Server) join(up *upstreamView, rel, etag string, reval bool, seen uint6
 	return f, false
 }
 
-func (s *Server) inflight() int {
+func (s *engine) inflight() int {
 	s.flightsMu.Lock()
 	defer s.flightsMu.Unlock()
 	return len(s.flights)
@@ -366,6 +366,35 @@ func (f *flight) checksums() (sha1, md5 string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.hdrSHA1, f.hdrMD5
+}
+
+// outcome is a decided flight as its askers read it (settle).
+type outcome struct {
+	kind  flightKind       // never flightPending
+	entry store.CacheEntry // flightElsewhere: the entry another node stored
+	err   error            // flightFailed: why
+}
+
+// settle reads the outcome of f, decided (ready is closed): the one place
+// that does, for downloads and merges alike. Every outcome but a streaming
+// body releases f; a streaming one stays the caller's to read and release.
+// stored says the caller holds a stored entry of the file (it revalidates
+// it): a 404 of a plain fetch it joined (the fetch of a file whose blob had
+// gone missing) is news about that entry all the same, and drops it.
+func (s *engine) settle(f *flight, stored bool) outcome {
+	o := outcome{kind: f.kind, err: f.err}
+	switch f.kind {
+	case flightStreaming:
+		return o
+	case flightNotFound:
+		if stored && !f.reval {
+			s.dropGone(f)
+		}
+	case flightElsewhere:
+		o.entry, _ = f.result()
+	}
+	f.release()
+	return o
 }
 
 // result waits for the end of a streaming flight and returns its entry.

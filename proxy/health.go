@@ -68,7 +68,7 @@ func healthLog(log *slog.Logger) func(int64, upstream.HealthStatus) {
 // path or of the host (upstream.Classify); anything else (a cancelled
 // fill, a 401, a redirect refused by policy) says nothing about the
 // upstream's health.
-func (s *Server) judge(t upstream.Ticket, err error) {
+func (s *engine) judge(t upstream.Ticket, err error) {
 	if err == nil {
 		s.health.Success(t)
 		return

@@ -41,10 +41,10 @@ func TestLookupRaceFetchesOnce(t *testing.T) {
 	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
 	ctx.Request.SetRequestURI("/api/v4/virtual_registries/packages/maven/" + strconv.FormatInt(e.registry, 10) + "/" + jarPath)
 	x := &exchange{ctx: &ctx, reg: reg, path: p}
-	if err := e.srv.fetchMiss(x, 0, gen); !errors.Is(err, errLookAgain) {
+	if _, err := e.srv.fetchMiss(x, 0, gen); !errors.Is(err, errLookAgain) {
 		t.Fatalf("joining after the flight ended: %v, want errLookAgain", err)
 	}
-	if err := e.srv.resolve(x, gen); err != nil {
+	if err := e.srv.serveDownload(x, gen); err != nil {
 		t.Fatal(err)
 	}
 	if ctx.Response.StatusCode() != fasthttp.StatusOK || len(ctx.Response.Body()) != len(body) {

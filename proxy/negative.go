@@ -115,7 +115,7 @@ func (m *pathMemory) len() int { return m.c.Len() }
 
 // refusedFor returns the refusal of up's answer for rel, while it is
 // remembered, or nil.
-func (s *Server) refusedFor(up *upstreamView, rel string) error {
+func (s *engine) refusedFor(up *upstreamView, rel string) error {
 	mark, ok := s.marks.recall(s.st, up.id, rel, s.now())
 	if !ok {
 		return nil

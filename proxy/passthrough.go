@@ -259,6 +259,12 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 				f.mu.Unlock()
 				return errSpillFull
 			}
+			// What this call appended so far must reach the readers
+			// before the fill waits for them: they wait for progress,
+			// which add publishes only once the whole of b is in, and a
+			// fast reader that cannot see those bytes is never caught up
+			// (stallNow) nor moves on to make room.
+			f.wakeReadersLocked()
 			p.fillWaits, p.room = true, make(chan struct{})
 			room := p.room
 			f.mu.Unlock()
@@ -297,6 +303,15 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 		f.mu.Unlock()
 	}
 	return nil
+}
+
+// wakeReadersLocked wakes the readers waiting for bytes past what they
+// have seen (as progress does, under f.mu).
+func (f *flight) wakeReadersLocked() {
+	if f.waiting > 0 {
+		close(f.wake)
+		f.wake, f.waiting = make(chan struct{}), 0
+	}
 }
 
 // roomForPiece reports whether the flight may take one more piece: within
@@ -379,11 +394,13 @@ func (r *flightReader) copyMem(w io.Writer, avail int64) (int64, error) {
 	return done, nil
 }
 
-// passThrough runs the rest of a flight uncached: from its start (w nil:
-// nothing was written), or from where a write of its temp file failed for
-// want of space (w holds what was written; rest is what the failed write
-// did not take).
-func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
+// passThrough is the branch of a streamed fill (stream) that goes on
+// uncached: from its start (w nil: nothing was written), or from where a
+// write of its temp file failed for want of space (w holds what was
+// written; rest is what the failed write did not take). The body passes
+// through the memory window to its clients, and ends in the fill's own
+// tail (bodyRead) with its digests and nothing to store.
+func (s *engine) passThrough(ctx context.Context, f *flight, resp *upstream.Response, body io.Reader, exp expected,
 	w *blob.Writer, rest []byte, stage string, cause error) {
 	var sums [4]hash.Hash
 	var onDisk int64
@@ -450,23 +467,8 @@ func (s *Server) passThrough(ctx context.Context, f *flight, resp *upstream.Resp
 		s.failBody(f, err)
 		return
 	}
-	resp.Body.Close()
-	f.freeSlot()
-	d := blob.SumHashes(sums, n)
-	if err := exp.check(d); err != nil {
-		s.failBody(f, err)
-		return
-	}
-	f.setDigests(d)
-	s.met.upstreamReqs.WithLabelValues(f.up.label, outcomeOK).Inc()
-	f.completed()
-	if f.reval {
-		f.decide(flightStreaming, nil)
-	}
-	if s.onComplete != nil {
-		s.onComplete()
-	}
-	f.finish(f.uncachedEntry(d), errNotCached)
+	// The rest is the tail of every streamed body, uncached.
+	s.bodyRead(f, resp, exp, nil, blob.SumHashes(sums, n))
 }
 
 // uncachedEntry is the outcome of a flight that stored nothing: what the
@@ -489,7 +491,7 @@ func hashAll(b []byte) blob.Digests {
 }
 
 // copyPass reads the body to its end into add.
-func (s *Server) copyPass(body io.Reader, add func([]byte) error) error {
+func (s *engine) copyPass(body io.Reader, add func([]byte) error) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -608,7 +610,7 @@ func newDiskState(reg prometheus.Registerer, blobs *blob.Store, log *slog.Logger
 
 // diskFull counts a fill that could not write to the cache, and logs it
 // once per diskLogEvery.
-func (s *Server) diskFull(stage string, f *flight, cause error) {
+func (s *engine) diskFull(stage string, f *flight, cause error) {
 	d := s.disk
 	d.full.WithLabelValues(stage).Inc()
 	if stage != diskStageBefore {
@@ -639,7 +641,7 @@ func (s *Server) diskFull(stage string, f *flight, cause error) {
 
 // diskOK notes a fill that was stored: after a full disk, the first one
 // says so in the log.
-func (s *Server) diskOK() {
+func (s *engine) diskOK() {
 	d := s.disk
 	d.mu.Lock()
 	was := !d.warnedAt.IsZero()
@@ -654,7 +656,7 @@ func (s *Server) diskOK() {
 // counts", "collecting cache entries"): at once, unless it failed for want
 // of space, which is logged once per diskLogEvery for each kind, since it
 // fails again at every period until the volume has room.
-func (s *Server) backgroundFailed(what string, err error) {
+func (s *engine) backgroundFailed(what string, err error) {
 	if !blob.IsDiskFull(err) {
 		s.log.Warn(what, "err", err)
 		return

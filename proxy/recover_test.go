@@ -50,7 +50,7 @@ func TestPanicIsA500(t *testing.T) {
 	logs.mu.Unlock()
 	// The stack names the frames that panicked: the hook, called by join.
 	if !strings.HasPrefix(line, "ERROR proxy request failed") || !strings.Contains(line, "boom: an internal detail") ||
-		!strings.Contains(line, "stack=goroutine") || !strings.Contains(line, "(*Server).join") ||
+		!strings.Contains(line, "stack=goroutine") || !strings.Contains(line, "(*engine).join") ||
 		!strings.Contains(line, "TestPanicIsA500") {
 		t.Fatalf("the log line of request %s: %q", msg["request_id"], line)
 	}

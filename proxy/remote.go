@@ -147,7 +147,7 @@ func (s *Server) served(x *exchange, v *entryView, n int64) {
 // for the documents merged metadata reads. An object missing or damaged is
 // fs.ErrNotExist, a blob gone as on a single node (the entry is dropped and
 // the document fetched again); an outage stays an objects.ErrUnavailable.
-func (s *Server) readRemote(sha string, size int64) ([]byte, error) {
+func (s *engine) readRemote(sha string, size int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), remoteStall)
 	defer cancel()
 	rc, err := s.blobs.OpenRemote(ctx, sha, size)

@@ -7,7 +7,6 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 
 	"registryd/maven"
 	"registryd/store"
@@ -120,7 +119,7 @@ func (s *ruleSets) unevaluated() float64 {
 // compileRules returns the compiled form of upstream id's rules (nil:
 // none) and their fingerprint ("" for none), which merged-metadata inputs
 // include. Stored regexes over the budget are logged once per change.
-func (s *Server) compileRules(id int64, list []store.UpstreamRule) (*upstreamRules, string, error) {
+func (s *engine) compileRules(id int64, list []store.UpstreamRule) (*upstreamRules, string, error) {
 	if len(list) == 0 {
 		s.rules.mu.Lock()
 		delete(s.rules.m, id)
@@ -176,7 +175,7 @@ func toMavenRules(list []store.UpstreamRule) []maven.Rule {
 // screen returns the registry as x's file may be resolved through: without
 // the upstreams whose rules refuse it, each of which is recorded in
 // x.denied. A registry without rules is returned as it is, at no cost.
-func (s *Server) screen(x *exchange) *registryView {
+func (s *engine) screen(x *exchange) *registryView {
 	reg := x.reg
 	if !reg.hasRules {
 		return reg
@@ -254,12 +253,7 @@ func evaluate(rules *maven.RuleSet, group bool, c maven.Coordinates) maven.Verdi
 }
 
 // deny counts one refusal and queues its audit event.
-func (s *Server) deny(x *exchange, u *upstreamView, v maven.Verdict) {
+func (s *engine) deny(x *exchange, u *upstreamView, v maven.Verdict) {
 	s.met.denials.WithLabelValues(u.label).Inc()
 	s.audit.denied(x, u, v)
 }
-
-// errAllDenied is GitLab's answer when the rules leave no upstream for a
-// file; problem documents name each upstream's rule.
-var errAllDenied = message(fasthttp.StatusForbidden,
-	"403 Forbidden - All upstreams are filtered out because of existing allow/deny rules")

@@ -20,7 +20,8 @@ import (
 )
 
 // errBlobGone means the index points at a blob file that is not there
-// (removed by hand, restored from a partial backup): the file is fetched again.
+// (removed by hand, restored from a partial backup): serving reports it
+// back to resolution (blobGone), which fetches the file again.
 var errBlobGone = errors.New("blob file missing")
 
 // Header names in fasthttp's canonical form, set without re-normalising.
@@ -135,7 +136,7 @@ func (s *Server) serveEntry(x *exchange, v *entryView) error {
 }
 
 // blobError turns a missing blob file into errBlobGone, so the file is
-// fetched again rather than failing every request for it.
+// resolved again (blobGone) rather than failing every request for it.
 func (s *Server) blobError(v *entryView, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		// Eviction or a delete between the lookup and the open is routine;

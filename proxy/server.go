@@ -9,6 +9,17 @@
 // is copied first, once, where it starts to be kept. alias_test.go checks
 // it: it scribbles over each request once answered and walks everything
 // the Server keeps for strings that show it.
+//
+// The Server is the listener over its engine (engine.go), which reads no
+// request. A download reads top-down: download parses and authenticates,
+// then serveDownload resolves (resolveDownload: an answer, as data: a stored
+// entry, a flight to stream, a composed document, or a typed miss error),
+// the flight's fill runs on its own (fill.go), and serve renders the
+// answer. Resolution reads nothing of the request but the caller and its
+// connection (exchange); a flight's outcome is read in one place (settle);
+// a blob found missing while serving is reported back (blobGone) and
+// resolved again, so serving never asks an upstream. This is the seam
+// along which the engine is to move to proxy/cache (issue 21).
 package proxy
 
 import (
@@ -23,11 +34,9 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
@@ -81,86 +90,16 @@ const (
 	entryCacheSize    = 32768
 )
 
-// Server is the proxy listener plus the background work of the cache: the
-// download-count flusher and the collector.
+// Server is the proxy listener (fasthttp): it parses, authenticates,
+// resolves through its engine and serves what the engine answers.
 type Server struct {
-	opts     Options // with their defaults
-	st       *store.Store
-	blobs    *blob.Store
+	*engine
 	auth     *auth.Service
-	up       Fetcher
-	log      *slog.Logger
-	met      *metrics
-	now      func() time.Time
 	secret   []byte
-	maxFile  int64
 	idPrefix string
 	srv      *fasthttp.Server
 	conns    *connLimiter // wraps every listener Serve is given
 	alog     *accessLog   // nil when off
-
-	regs    *lru.Cache[int64, *registryView]
-	entries *lru.Cache[entryKey, *entryView]
-	small   *smallBlobs // nil when disabled
-
-	health *upstream.Health // which upstreams are worth asking
-	urls   upstreamURLs     // the url each upstream's health was judged for (cluster.go)
-	gates  *gates           // the cap of requests out to each upstream
-	// leaseSlots bounds the cluster fill leases held at once (cluster.go).
-	leaseSlots chan struct{}
-	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
-
-	composed *composedCache // merged maven-metadata.xml and prefix files
-	merging  *mergeGate     // the documents being merged at once (metadata.max_merging_bytes)
-	rules    *ruleSets      // compiled allow/deny rules of each upstream, and their verdicts
-	audit    *auditQueue    // audit events of rule denials, written in batches
-
-	flightsMu sync.Mutex
-	flights   map[flightKey]*flight
-	closing   bool
-	fills     sync.WaitGroup
-	fillCtx   context.Context
-	fillStop  context.CancelFunc
-
-	downloads *downloadCounter
-	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
-	ev        *evictState // eviction under the disk budget (evict.go)
-	// stores bounds the fills waiting to be stored (pendingstores.go).
-	stores *pendingStores
-	// spillStall is how long an uncached fill waits for its readers
-	// (passthrough.go): spillStall, shorter in tests.
-	spillStall time.Duration
-	// stallNow, set by tests, is asked each time an uncached fill starts
-	// to wait for its readers; true takes the stall path at once, as if
-	// spillStall had passed, so a test cuts the laggards at the moment it
-	// chooses rather than after a time that a loaded machine may stretch.
-	stallNow func(*flight) bool
-	// clientPoll is how often a request waiting for a fill looks whether
-	// its client left (clientgone.go): clientPoll, shorter in tests.
-	clientPoll time.Duration
-	uncached   *uncachedSums // digests of files streamed uncached, for their sidecars
-	// collectMu serialises collector batches: eviction measures what was
-	// freed once its batch returns, which must include a batch a
-	// concurrent run took.
-	collectMu sync.Mutex
-	flushMu   sync.Mutex // one download-count flush at a time
-
-	// onJoin, when set (by tests), runs whenever a request joins a flight.
-	onJoin func()
-	// onComplete, when set (by tests), runs in a fill once its body is
-	// complete on disk, before the blob is hashed, fsynced and published.
-	onComplete func()
-	// onRest, when set (by tests), is told each rest of the collector and
-	// the evictor before it starts.
-	onRest func(time.Duration)
-
-	bgMu          sync.Mutex
-	flusherStop   chan struct{}
-	flusherDone   chan struct{}
-	collectorStop chan struct{}
-	collectorDone chan struct{}
-	retentionStop chan struct{} // the audit retention job (audit_retention.go)
-	retentionDone chan struct{}
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -182,78 +121,15 @@ func New(d Deps) (*Server, error) {
 		return nil, errors.New("proxy: a gateway secret is required")
 	}
 	o := d.Options.withDefaults()
+	eng, err := newEngine(d, o)
+	if err != nil {
+		return nil, err
+	}
 	var pfx [4]byte
 	if _, err := rand.Read(pfx[:]); err != nil {
 		return nil, err
 	}
-	s := &Server{
-		opts: o, st: d.Store, blobs: d.Blobs, auth: d.Auth, up: d.Upstream, log: d.Logger,
-		now: d.Now, secret: d.GatewaySecret, maxFile: o.Cache.MaxFileBytes,
-		idPrefix: hex.EncodeToString(pfx[:]) + "-",
-		flights:  map[flightKey]*flight{},
-	}
-	s.downloads = newDownloadCounter()
-	s.fillCtx, s.fillStop = context.WithCancel(context.Background())
-	var err error
-	if s.regs, err = lru.New[int64, *registryView](registryCacheSize); err != nil {
-		return nil, err
-	}
-	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
-		return nil, err
-	}
-	s.health = d.Health
-	if s.health == nil {
-		s.health = NewHealth(o.Upstreams, d.Logger, d.Now)
-	}
-	u := o.Upstreams
-	s.gates = newGates(u.MaxConcurrentRequests, u.ReservedSmallRequests, u.SmallFileBytes)
-	s.leaseSlots = newLeaseSlots(o.Cache.MaxLocks)
-	if s.marks, err = newPathMemory(); err != nil {
-		return nil, err
-	}
-	if s.composed, err = newComposedCache(o.Metadata.MemoryBytes); err != nil {
-		return nil, err
-	}
-	if s.rules, err = newRuleSets(d.Registerer); err != nil {
-		return nil, fmt.Errorf("proxy metrics: %w", err)
-	}
-	if s.merging, err = newMergeGate(d.Registerer, o.Metadata.MaxMergingBytes, o.Metadata.MergeWait); err != nil {
-		return nil, fmt.Errorf("proxy metrics: %w", err)
-	}
-	if s.audit, err = newAuditQueue(s, o.Audit, d.Registerer); err != nil {
-		return nil, err
-	}
-	if s.small, err = newSmallBlobs(o.Cache.MemoryBytes, o.Cache.MemoryMaxFileBytes); err != nil {
-		return nil, err
-	}
-	s.met, err = newMetrics(d.Registerer, gauges{
-		blobs:     d.Blobs.Stats,
-		cache:     d.Store.CacheStats,
-		inflight:  s.inflight,
-		pending:   s.downloads.pending,
-		memory:    s.small.held,
-		catalog:   d.Store.Catalog,
-		health:    s.health.Status,
-		gates:     s.gates.load,
-		negatives: s.marks.len,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("proxy metrics: %w", err)
-	}
-	s.spillStall, s.uncached = spillStall, newUncachedSums(d.Store.ForgetEpoch)
-	s.clientPoll = clientPoll
-	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
-		return nil, fmt.Errorf("proxy metrics: %w", err)
-	}
-	// No new file below the free mark: eviction makes room, fills do not
-	// refill it at once (blob.Store.SetMinFree).
-	d.Blobs.SetMinFree(o.Cache.MinFreeFraction)
-	if s.stores, err = newPendingStores(o.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
-		return nil, fmt.Errorf("proxy metrics: %w", err)
-	}
-	if s.ev, err = newEvictState(d.Registerer, o.Cache.MaxBytes, o.Cache.MinFreeFraction); err != nil {
-		return nil, fmt.Errorf("proxy metrics: %w", err)
-	}
+	s := &Server{engine: eng, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-"}
 	l := o.Listener
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: l.ReadTimeout}
 	s.srv = &fasthttp.Server{

@@ -50,7 +50,7 @@ const (
 
 // refuse counts, logs and remembers (pathMemory) a refused answer and returns err
 // unchanged, for the caller to fail the flight with.
-func (s *Server) refuse(f *flight, err error) error {
+func (s *engine) refuse(f *flight, err error) error {
 	label := refusedAnswer
 	var re *refusedError
 	switch {
@@ -91,7 +91,7 @@ func (x expected) check(d blob.Digests) error {
 // admit judges an answer's headers: its media type against the file, and
 // the checksums it must match under the upstream's policy (fetching the
 // .sha1 under require when the answer offers none).
-func (s *Server) admit(ctx context.Context, f *flight, resp *upstream.Response) (expected, error) {
+func (s *engine) admit(ctx context.Context, f *flight, resp *upstream.Response) (expected, error) {
 	if reason := maven.RefusedType(f.key.rel, resp.ContentType); reason != "" {
 		return expected{}, &refusedError{label: refusedType, reason: reason}
 	}
@@ -121,7 +121,7 @@ func (s *Server) admit(ctx context.Context, f *flight, resp *upstream.Response) 
 // read of body already; when it is shorter than maven.SniffLen, more is
 // read. It returns a reader that yields the whole body again. A read error
 // is returned as it is.
-func (s *Server) sniff(f *flight, head []byte, body io.Reader) (io.Reader, error) {
+func (s *engine) sniff(f *flight, head []byte, body io.Reader) (io.Reader, error) {
 	if len(head) < maven.SniffLen {
 		buf := make([]byte, maven.SniffLen)
 		n := copy(buf, head)

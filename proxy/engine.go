@@ -1,0 +1,187 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"registryd/store"
+	"registryd/store/blob"
+	"registryd/upstream"
+)
+
+// engine is the cache behind the listener, which reads no request:
+// resolution (resolve.go), flights and their fills, verify, the negative
+// cache, the upstream gates, health, merged metadata, eviction and the
+// background work (the download-count flusher, the collector, the audit
+// writer and retention). It is the part of the proxy meant to become
+// package proxy/cache (issue 21).
+type engine struct {
+	opts    Options // with their defaults
+	st      *store.Store
+	blobs   *blob.Store
+	up      Fetcher
+	log     *slog.Logger
+	met     *metrics
+	now     func() time.Time
+	maxFile int64
+
+	regs    *lru.Cache[int64, *registryView]
+	entries *lru.Cache[entryKey, *entryView]
+	small   *smallBlobs // nil when disabled
+
+	health *upstream.Health // which upstreams are worth asking
+	urls   upstreamURLs     // the url each upstream's health was judged for (cluster.go)
+	gates  *gates           // the cap of requests out to each upstream
+	// leaseSlots bounds the cluster fill leases held at once (cluster.go).
+	leaseSlots chan struct{}
+	marks      *pathMemory // (upstream, path) answers remembered: absent or refused
+
+	composed *composedCache // merged maven-metadata.xml and prefix files
+	merging  *mergeGate     // the documents being merged at once (metadata.max_merging_bytes)
+	rules    *ruleSets      // compiled allow/deny rules of each upstream, and their verdicts
+	audit    *auditQueue    // audit events of rule denials, written in batches
+
+	flightsMu sync.Mutex
+	flights   map[flightKey]*flight
+	closing   bool
+	fills     sync.WaitGroup
+	fillCtx   context.Context
+	fillStop  context.CancelFunc
+
+	downloads *downloadCounter
+	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
+	ev        *evictState // eviction under the disk budget (evict.go)
+	// stores bounds the fills waiting to be stored (pendingstores.go).
+	stores *pendingStores
+	// spillStall is how long an uncached fill waits for its readers
+	// (passthrough.go): spillStall, shorter in tests.
+	spillStall time.Duration
+	// stallNow, set by tests, is asked each time an uncached fill starts
+	// to wait for its readers; true takes the stall path at once, as if
+	// spillStall had passed, so a test cuts the laggards at the moment it
+	// chooses rather than after a time that a loaded machine may stretch.
+	stallNow func(*flight) bool
+	// clientPoll is how often a request waiting for a fill looks whether
+	// its client left (clientgone.go): clientPoll, shorter in tests.
+	clientPoll time.Duration
+	uncached   *uncachedSums // digests of files streamed uncached, for their sidecars
+	// collectMu serialises collector batches: eviction measures what was
+	// freed once its batch returns, which must include a batch a
+	// concurrent run took.
+	collectMu sync.Mutex
+	flushMu   sync.Mutex // one download-count flush at a time
+
+	// onJoin, when set (by tests), runs whenever a request joins a flight.
+	onJoin func()
+	// onComplete, when set (by tests), runs in a fill once its body is
+	// complete on disk, before the blob is hashed, fsynced and published.
+	onComplete func()
+	// onRest, when set (by tests), is told each rest of the collector and
+	// the evictor before it starts.
+	onRest func(time.Duration)
+
+	bgMu          sync.Mutex
+	flusherStop   chan struct{}
+	flusherDone   chan struct{}
+	collectorStop chan struct{}
+	collectorDone chan struct{}
+	retentionStop chan struct{} // the audit retention job (audit_retention.go)
+	retentionDone chan struct{}
+}
+
+// newEngine builds the engine of New's Deps, d's Logger and Now set, with
+// the options o (their defaults filled in). It starts nothing.
+func newEngine(d Deps, o Options) (*engine, error) {
+	u := o.Upstreams
+	s := &engine{
+		opts: o, st: d.Store, blobs: d.Blobs, up: d.Upstream, log: d.Logger,
+		now: d.Now, maxFile: o.Cache.MaxFileBytes,
+		flights:    map[flightKey]*flight{},
+		downloads:  newDownloadCounter(),
+		health:     d.Health,
+		gates:      newGates(u.MaxConcurrentRequests, u.ReservedSmallRequests, u.SmallFileBytes),
+		leaseSlots: newLeaseSlots(o.Cache.MaxLocks),
+		spillStall: spillStall,
+		clientPoll: clientPoll,
+		uncached:   newUncachedSums(d.Store.ForgetEpoch),
+	}
+	s.fillCtx, s.fillStop = context.WithCancel(context.Background())
+	if s.health == nil {
+		s.health = NewHealth(o.Upstreams, d.Logger, d.Now)
+	}
+	if err := s.newCaches(); err != nil {
+		return nil, err
+	}
+	if err := s.register(d); err != nil {
+		return nil, err
+	}
+	// No new file below the free mark: eviction makes room, fills do not
+	// refill it at once (blob.Store.SetMinFree).
+	d.Blobs.SetMinFree(o.Cache.MinFreeFraction)
+	return s, nil
+}
+
+// newCaches makes the engine's caches in memory.
+func (s *engine) newCaches() error {
+	o := s.opts
+	var err error
+	if s.regs, err = lru.New[int64, *registryView](registryCacheSize); err != nil {
+		return err
+	}
+	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
+		return err
+	}
+	if s.marks, err = newPathMemory(); err != nil {
+		return err
+	}
+	if s.composed, err = newComposedCache(o.Metadata.MemoryBytes); err != nil {
+		return err
+	}
+	s.small, err = newSmallBlobs(o.Cache.MemoryBytes, o.Cache.MemoryMaxFileBytes)
+	return err
+}
+
+// register makes the parts of the engine that bring metrics of their own,
+// registered on d.Registerer.
+func (s *engine) register(d Deps) error {
+	o := s.opts
+	var err error
+	if s.rules, err = newRuleSets(d.Registerer); err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.merging, err = newMergeGate(d.Registerer, o.Metadata.MaxMergingBytes, o.Metadata.MergeWait); err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.audit, err = newAuditQueue(s, o.Audit, d.Registerer); err != nil {
+		return err
+	}
+	s.met, err = newMetrics(d.Registerer, gauges{
+		blobs:     d.Blobs.Stats,
+		cache:     d.Store.CacheStats,
+		inflight:  s.inflight,
+		pending:   s.downloads.pending,
+		memory:    s.small.held,
+		catalog:   d.Store.Catalog,
+		health:    s.health.Status,
+		gates:     s.gates.load,
+		negatives: s.marks.len,
+	})
+	if err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.stores, err = newPendingStores(o.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	if s.ev, err = newEvictState(d.Registerer, o.Cache.MaxBytes, o.Cache.MinFreeFraction); err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	return nil
+}
