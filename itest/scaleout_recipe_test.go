@@ -19,6 +19,7 @@ package itest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -365,13 +366,26 @@ func TestClusterScaleOutRecipe(t *testing.T) {
 		t.Fatalf("the recipe's cleanup failed: %v\n%s", err, lastLines(cout, 30))
 	}
 	for _, pid := range pids {
-		if err := syscall.Kill(pid, 0); err == nil {
+		if processRunning(pid) {
 			t.Errorf("process %d still runs after the cleanup", pid)
 		}
 	}
 	if _, err := os.Stat(rd); !os.IsNotExist(err) {
 		t.Errorf("$RD is still there after the cleanup: %v", err)
 	}
+}
+
+// processRunning: pid exists and has not exited. An exited process its
+// parent has not collected yet (a zombie: the recipe's background jobs are
+// orphans once its shell ends, left to PID 1, which may collect them late)
+// has exited: kill(pid, 0) alone would call it running.
+func processRunning(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(raw, ')') // the name may hold spaces and parentheses
+	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z'
 }
 
 // runRecipeBash runs script with bash in dir, with the environment plus
