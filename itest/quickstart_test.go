@@ -19,7 +19,6 @@ package itest
 // upstream's 127.0.0.1:8000) are replaced by the test's.
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"net/http"
@@ -40,63 +39,22 @@ type quickstartBlock struct {
 	text       string
 }
 
-var quickstartMarker = regexp.MustCompile(`^<!--\s*quickstart\s+(\S+)(?:\s+(\S+))?\s*-->\s*$`)
-
 // readQuickstart returns the marked blocks of the README, in order.
 func readQuickstart(t *testing.T, readme string) []quickstartBlock {
 	t.Helper()
-	f, err := os.Open(readme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var (
-		blocks  []quickstartBlock
-		pending *quickstartBlock // marker seen, fence not yet
-		inside  *quickstartBlock
-		body    strings.Builder
-	)
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case inside != nil:
-			if strings.TrimSpace(line) == "```" {
-				inside.text = body.String()
-				blocks = append(blocks, *inside)
-				inside = nil
-				continue
-			}
-			body.WriteString(line + "\n")
-		case pending != nil:
-			switch {
-			case strings.HasPrefix(line, "```"):
-				pending.line = n
-				inside, pending = pending, nil
-				body.Reset()
-			case strings.TrimSpace(line) != "":
-				t.Fatalf("README.md:%d: a quickstart marker must be followed by a fenced block, got %q", n, line)
-			}
-		default:
-			if m := quickstartMarker.FindStringSubmatch(line); m != nil {
-				kind, path := m[1], m[2]
-				if kind != "upstream" && kind != "daemon" && kind != "script" {
-					t.Fatalf("README.md:%d: unknown quickstart block kind %q", n, kind)
-				}
-				if path != "" && path != "offline" && path != "online" {
-					t.Fatalf("README.md:%d: unknown quickstart path %q", n, path)
-				}
-				pending = &quickstartBlock{kind: kind, path: path}
-			} else if strings.Contains(line, "quickstart") && strings.HasPrefix(strings.TrimSpace(line), "<!--") {
-				t.Fatalf("README.md:%d: a malformed quickstart marker: %q", n, line)
-			}
+	var blocks []quickstartBlock
+	for _, b := range readDocBlocks(t, readme, "quickstart") {
+		kind, path := b.args[0], ""
+		if len(b.args) > 1 {
+			path = b.args[1]
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if pending != nil || inside != nil {
-		t.Fatal("README.md: the last quickstart block is not closed")
+		if kind != "upstream" && kind != "daemon" && kind != "script" {
+			t.Fatalf("README.md:%d: unknown quickstart block kind %q", b.line, kind)
+		}
+		if len(b.args) > 2 || path != "" && path != "offline" && path != "online" {
+			t.Fatalf("README.md:%d: unknown quickstart path %q", b.line, strings.Join(b.args[1:], " "))
+		}
+		blocks = append(blocks, quickstartBlock{kind: kind, path: path, line: b.line, text: b.text})
 	}
 	return blocks
 }

@@ -18,7 +18,6 @@ package itest
 //     recipe started runs and RD is gone.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -45,61 +44,20 @@ type recipeBlock struct {
 	text string
 }
 
-var recipeMarker = regexp.MustCompile(`^<!--\s*scale-out\s+(\S+)\s*-->\s*$`)
-
 // readRecipe returns the marked blocks of file, in order.
 func readRecipe(t *testing.T, file string) []recipeBlock {
 	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var (
-		blocks  []recipeBlock
-		pending *recipeBlock
-		inside  *recipeBlock
-		body    strings.Builder
-	)
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case inside != nil:
-			if strings.TrimSpace(line) == "```" {
-				inside.text = body.String()
-				blocks = append(blocks, *inside)
-				inside = nil
-				continue
-			}
-			body.WriteString(line + "\n")
-		case pending != nil:
-			switch {
-			case strings.HasPrefix(line, "```"):
-				pending.line = n
-				inside, pending = pending, nil
-				body.Reset()
-			case strings.TrimSpace(line) != "":
-				t.Fatalf("%s:%d: a scale-out marker must be followed by a fenced block, got %q", file, n, line)
-			}
+	var blocks []recipeBlock
+	for _, b := range readDocBlocks(t, file, "scale-out") {
+		switch b.args[0] {
+		case "install", "script", "cleanup":
 		default:
-			if m := recipeMarker.FindStringSubmatch(line); m != nil {
-				switch m[1] {
-				case "install", "script", "cleanup":
-				default:
-					t.Fatalf("%s:%d: unknown scale-out block kind %q", file, n, m[1])
-				}
-				pending = &recipeBlock{kind: m[1]}
-			} else if strings.HasPrefix(strings.TrimSpace(line), "<!--") && strings.Contains(line, "scale-out") {
-				t.Fatalf("%s:%d: a malformed scale-out marker: %q", file, n, line)
-			}
+			t.Fatalf("%s:%d: unknown scale-out block kind %q", file, b.line, b.args[0])
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if pending != nil || inside != nil {
-		t.Fatalf("%s: the last scale-out block is not closed", file)
+		if len(b.args) != 1 {
+			t.Fatalf("%s:%d: a scale-out marker takes one word, got %q", file, b.line, strings.Join(b.args, " "))
+		}
+		blocks = append(blocks, recipeBlock{kind: b.args[0], line: b.line, text: b.text})
 	}
 	return blocks
 }
