@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
+	"registryd/store/blob"
 	"registryd/store/kv"
 )
 
@@ -100,19 +100,5 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(path)
-}
-
-// syncDir fsyncs the directory holding path, making a rename durable.
-func syncDir(path string) error {
-	dir := path
-	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
-		dir = filepath.Dir(path)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return blob.SyncDir(path)
 }

@@ -126,7 +126,7 @@ func (d *Disk) Put(_ context.Context, tmp, sha string, size int64) (created bool
 	if err := os.Rename(tmp, dst); err != nil {
 		return false, fmt.Errorf("blobs: %w", err)
 	}
-	if err := syncDir(dst); err != nil {
+	if err := SyncDir(dst); err != nil {
 		// The rename may not be durable, and a crash would lose a file the
 		// index points at: undo and fail.
 		os.Remove(dst)
@@ -150,7 +150,7 @@ func (d *Disk) mkdirs(sha string) error {
 		err := os.Mkdir(dir, 0o750)
 		switch {
 		case err == nil:
-			if err := syncDir(filepath.Dir(dir)); err != nil {
+			if err := SyncDir(filepath.Dir(dir)); err != nil {
 				return fmt.Errorf("blobs: fsync directory: %w", err)
 			}
 		case !errors.Is(err, fs.ErrExist):
@@ -272,9 +272,9 @@ func (d *Disk) sweep(keep func(sizes map[string]int64) (map[string]bool, error))
 	return out, kept, nil
 }
 
-// syncDir fsyncs the directory holding path.
-// (or path itself, when a directory), making a rename durable.
-func syncDir(path string) error {
+// SyncDir fsyncs the directory holding path (or path itself, when a
+// directory), making a rename into it durable.
+func SyncDir(path string) error {
 	dir := path
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
 		dir = filepath.Dir(path)
