@@ -52,7 +52,8 @@ type pendingStores struct {
 	warnedAt time.Time
 	quiet    int // turned away since the last warning
 
-	// onTake, when set (by tests), runs after each take with its outcome.
+	// onTake, when set (by tests), runs after each take with its outcome
+	// (a refusal already counted).
 	onTake func(ok bool)
 }
 
@@ -96,6 +97,11 @@ func (p *pendingStores) take(kind string, f *flight) (release func(), ok bool) {
 		ok = true
 	default:
 	}
+	if !ok {
+		// Counted before onTake reports it, so a test woken by the hook
+		// reads the refusal in the metric.
+		p.turnedAway.WithLabelValues(kind).Inc()
+	}
 	if p.onTake != nil {
 		p.onTake(ok)
 	}
@@ -103,7 +109,6 @@ func (p *pendingStores) take(kind string, f *flight) (release func(), ok bool) {
 		var once sync.Once
 		return func() { once.Do(func() { <-p.slots }) }, true
 	}
-	p.turnedAway.WithLabelValues(kind).Inc()
 	now := time.Now()
 	p.mu.Lock()
 	if !p.warnedAt.IsZero() && now.Sub(p.warnedAt) < diskLogEvery {
