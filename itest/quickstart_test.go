@@ -106,13 +106,24 @@ func daemonEnv(t *testing.T, line string) map[string]string {
 // freePort is a loopback port nothing listens on at the moment.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct loopback ports free at the time of the call:
+// all n are held open until the last is chosen, since the kernel may give
+// a port just closed to the next request.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	ports := make([]string, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		_, ports[i], _ = net.SplitHostPort(ln.Addr().String())
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return ports
 }
 
 // startBackground runs command with bash in dir, in its own process group

@@ -213,11 +213,9 @@ func TestClusterScaleOutRecipe(t *testing.T) {
 	}
 	rd := filepath.Join(work, "cluster")
 	env["RD"] = rd
-	env["PG_PORT"] = freePort(t)
-	env["S3_PORT"] = freePort(t)
-	env["UPSTREAM_PORT"] = freePort(t)
-	proxy := []string{freePort(t), freePort(t), freePort(t)}
-	admin := []string{freePort(t), freePort(t), freePort(t)}
+	ports := freePorts(t, 9) // distinct: nine ports chosen one by one could repeat
+	env["PG_PORT"], env["S3_PORT"], env["UPSTREAM_PORT"] = ports[0], ports[1], ports[2]
+	proxy, admin := ports[3:6], ports[6:9]
 	env["PROXY_PORTS"] = strings.Join(proxy, " ")
 	env["ADMIN_PORTS"] = strings.Join(admin, " ")
 	repo, err := filepath.Abs("..")
