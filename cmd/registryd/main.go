@@ -215,8 +215,8 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}()
 	// external.url derived from an admin.listen with port 0 (tests) names
 	// the port the kernel chose, so that links in answers work.
-	if cfg.External.URL == config.ExternalURLFor(cfg.Admin.Listen) && strings.HasSuffix(cfg.Admin.Listen, ":0") {
-		cfg.External.URL = config.ExternalURLFor(lns.admin.Addr().String())
+	if cfg.External.URL == cfg.DefaultExternalURL(cfg.Admin.Listen) && strings.HasSuffix(cfg.Admin.Listen, ":0") {
+		cfg.External.URL = cfg.DefaultExternalURL(lns.admin.Addr().String())
 	}
 
 	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
