@@ -1,12 +1,12 @@
 package config
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
 	"time"
+
+	"registryd/internal/tlsfiles"
 )
 
 // TLS is a listener's certificate: with both files set the listener
@@ -61,7 +61,7 @@ func (t TLS) validate(listener string, add func(string, ...any)) {
 	if bad {
 		return
 	}
-	if _, err := LoadKeyPair(t.CertFile, t.KeyFile); err != nil {
+	if _, err := tlsfiles.LoadPair(t.CertFile, t.KeyFile); err != nil {
 		add("%s: %v", key("cert_file"), err)
 	}
 }
@@ -73,21 +73,4 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// LoadKeyPair loads a PEM certificate chain and its key, as a TLS
-// listener serves them, with the leaf parsed. Its error says in an
-// operator's words what is wrong with the pair.
-func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("%s and %s are not a certificate and its private key: %s", certFile, keyFile,
-			strings.TrimPrefix(err.Error(), "tls: "))
-	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return tls.Certificate{}, fmt.Errorf("%s: the certificate does not parse: %v", certFile, err)
-		}
-	}
-	return cert, nil
 }
