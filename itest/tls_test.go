@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -184,11 +185,11 @@ func TestTLSListeners(t *testing.T) {
 		addr := strings.TrimPrefix(base, "https://")
 		// The machine's trust store does not know the test CA.
 		c, err := tls.Dial("tcp", addr, &tls.Config{})
-		var unknown x509UnknownAuthority
+		var unknown x509.UnknownAuthorityError
 		if err == nil {
 			c.Close()
 			t.Errorf("%s: a client without the test CA completed the handshake", base)
-		} else if !errors.As(err, &unknown.err) {
+		} else if !errors.As(err, &unknown) {
 			t.Errorf("%s: untrusted client: %v; want an unknown authority", base, err)
 		}
 		// TLS 1.1 and older are refused.
@@ -220,12 +221,6 @@ func TestTLSListeners(t *testing.T) {
 			t.Errorf("not_after of %s: %v (%v), want %d", l, v, ok, pair.NotAfter.Unix())
 		}
 	}
-}
-
-// x509UnknownAuthority catches the handshake error of a client that does
-// not trust the server's CA.
-type x509UnknownAuthority struct {
-	err *tls.CertificateVerificationError
 }
 
 // TestTLSReload: a new certificate is served without a restart and without
