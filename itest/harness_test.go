@@ -89,6 +89,9 @@ type Daemon struct {
 	logs    *syncBuffer
 	exited  chan struct{}
 	exitErr error
+	// client sends Do's requests; nil: http.DefaultClient (a daemon whose
+	// admin listener serves TLS sets one that trusts its CA).
+	client *http.Client
 }
 
 type syncBuffer struct {
@@ -277,7 +280,7 @@ func (r *Resp) ID(t testing.TB) int64 {
 // content type) or any value (JSON-encoded). token "" sends no credentials.
 func (d *Daemon) Do(method, path, token string, body any, hdr ...string) *Resp {
 	d.t.Helper()
-	return doRequest(d.t, method, d.adminURL(path), body, append(tokenHeader(token), hdr...)...)
+	return doRequestWith(d.t, d.client, method, d.adminURL(path), body, append(tokenHeader(token), hdr...)...)
 }
 
 func (d *Daemon) adminURL(path string) string {
@@ -297,6 +300,15 @@ func tokenHeader(token string) []string {
 // doRequest sends one request; hdr is a flat list of header names and values.
 func doRequest(t testing.TB, method, url string, body any, hdr ...string) *Resp {
 	t.Helper()
+	return doRequestWith(t, nil, method, url, body, hdr...)
+}
+
+// doRequestWith is doRequest with client (nil: http.DefaultClient).
+func doRequestWith(t testing.TB, client *http.Client, method, url string, body any, hdr ...string) *Resp {
+	t.Helper()
+	if client == nil {
+		client = http.DefaultClient
+	}
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -322,7 +334,7 @@ func doRequest(t testing.TB, method, url string, body any, hdr ...string) *Resp 
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	secretsInRequest(body, req.Header)
-	res, err := http.DefaultClient.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

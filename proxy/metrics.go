@@ -100,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "proxy", Name: "requests_total",
-			Help: "Proxy listener requests by route (download, upload, other) and status code.",
+			Help: "Proxy listener requests by route (download, upload, other; readiness and liveness for the probes) and status code.",
 		}, []string{"route", "code"}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "cache", Name: "lookups_total",

@@ -80,6 +80,9 @@ type Deps struct {
 	// JSON as Options.Listener.AccessLogJSON says); nil turns it off
 	// (proxy.access_log false).
 	AccessLog io.Writer
+	// Ready says whether registryd is ready for traffic, for /-/readiness
+	// (probes.go): nil when it is, else why not. Default: always ready.
+	Ready func() error
 }
 
 // Sizes of the in-memory resolution caches. Both are validated against
@@ -100,6 +103,7 @@ type Server struct {
 	srv      *fasthttp.Server
 	conns    *connLimiter // wraps every listener Serve is given
 	alog     *accessLog   // nil when off
+	ready    func() error // nil: always ready (probes.go)
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -129,7 +133,7 @@ func New(d Deps) (*Server, error) {
 	if _, err := rand.Read(pfx[:]); err != nil {
 		return nil, err
 	}
-	s := &Server{engine: eng, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-"}
+	s := &Server{engine: eng, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-", ready: d.Ready}
 	l := o.Listener
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: l.ReadTimeout}
 	s.srv = &fasthttp.Server{
@@ -283,6 +287,9 @@ var downloadPrefix = []byte("/api/v4/virtual_registries/packages/maven/")
 var uploadSuffix = []byte("/upload")
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if s.probe(ctx) {
+		return
+	}
 	x := exchange{ctx: ctx}
 	if s.alog != nil {
 		// fasthttp read the clock when it took the request; a bare
