@@ -268,18 +268,23 @@ func deleteTrafficBefore(b kv.Bucket, cutoff time.Time) error {
 	return nil
 }
 
-// Traffic sums the counts of series of in steps of step from from: the
-// answer's i-th element covers [from+i*step, from+(i+1)*step), up to to,
-// summed over the nodes. A step of an hour or more reads the hourly
-// points (kept TrafficHoursKept), a shorter one the points of each
-// interval (kept TrafficPointsKept): a step shorter than the sampling
-// interval leaves gaps.
-func (s *Store) Traffic(of TrafficOf, from, to time.Time, step time.Duration) ([]TrafficCounts, error) {
+// Traffic sums the counts of each series of in steps of step from from:
+// the i-th element of a series' answer covers [from+i*step,
+// from+(i+1)*step), up to to, summed over the nodes. A step of an hour or
+// more reads the hourly points (kept TrafficHoursKept), a shorter one the
+// points of each interval (kept TrafficPointsKept): a step shorter than
+// the sampling interval leaves gaps. One read serves every series asked.
+func (s *Store) Traffic(from, to time.Time, step time.Duration, of ...TrafficOf) ([][]TrafficCounts, error) {
+	out := make([][]TrafficCounts, len(of))
 	if step <= 0 || !to.After(from) {
-		return nil, nil
+		return out, nil
 	}
 	n := int((to.Sub(from) + step - 1) / step)
-	out := make([]TrafficCounts, n)
+	which := make(map[TrafficOf][]int, len(of))
+	for i, o := range of {
+		out[i] = make([]TrafficCounts, n)
+		which[o] = append(which[o], i)
+	}
 	hourly := step >= time.Hour
 	bkt := bktTrafficPoints
 	if hourly {
@@ -291,7 +296,7 @@ func (s *Store) Traffic(of TrafficOf, from, to time.Time, step time.Duration) ([
 			return nil
 		}
 		// A point is the interval ending at its time: one at from belongs
-		// to the step before, so the range starts just after it.
+		// to the step before, one at to to the last.
 		start, end := trafficKey(from.Add(time.Millisecond), 0), trafficKey(to.Add(time.Millisecond), 0)
 		if hourly {
 			// An hourly point is the hour starting at its time.
@@ -308,8 +313,8 @@ func (s *Store) Traffic(of TrafficOf, from, to time.Time, step time.Duration) ([
 				continue
 			}
 			if err := decodeTraffic(v, func(k TrafficOf, cs TrafficCounts) {
-				if k == of {
-					out[i].Add(cs)
+				for _, j := range which[k] {
+					out[j][i].Add(cs)
 				}
 			}); err != nil {
 				return fmt.Errorf("%w (at %s)", err, trafficKeyTime(k).Format(time.RFC3339))

@@ -36,7 +36,7 @@ func TestTrafficRecordAndRead(t *testing.T) {
 			reg: {Requests: 10, Misses: 10, ServedBytes: 1 << 40},
 		}}))
 	}
-	got := ok(s.Traffic(reg, base, base.Add(3*time.Minute), time.Minute))(t)
+	got := ok(s.Traffic(base, base.Add(3*time.Minute), time.Minute, reg))(t)[0]
 	want := []TrafficCounts{
 		{Requests: 11, Hits: 1, Misses: 10, ServedBytes: 100 + 1<<40, SavedBytes: 40},
 		{Requests: 12, Hits: 1, Misses: 10, ServedBytes: 100 + 1<<40, SavedBytes: 40},
@@ -51,12 +51,12 @@ func TestTrafficRecordAndRead(t *testing.T) {
 		}
 	}
 	// One step of three minutes; the upstream's own series.
-	if got := ok(s.Traffic(upA, base, base.Add(3*time.Minute), 3*time.Minute))(t); len(got) != 1 ||
+	if got := ok(s.Traffic(base, base.Add(3*time.Minute), 3*time.Minute, upA))(t)[0]; len(got) != 1 ||
 		got[0] != (TrafficCounts{Requests: 6, UpstreamRequests: 3}) {
 		t.Fatalf("upstream over 3 minutes: %+v", got)
 	}
 	// The hourly points hold the same sums, one per node.
-	hours := ok(s.Traffic(reg, base, base.Add(time.Hour), time.Hour))(t)
+	hours := ok(s.Traffic(base, base.Add(time.Hour), time.Hour, reg))(t)[0]
 	if len(hours) != 1 || hours[0] != (TrafficCounts{Requests: 36, Hits: 3, Misses: 30, ServedBytes: 300 + 3<<40, SavedBytes: 120}) {
 		t.Fatalf("hourly: %+v", hours)
 	}
@@ -64,10 +64,10 @@ func TestTrafficRecordAndRead(t *testing.T) {
 		t.Fatalf("hourly keys: %v", keys)
 	}
 	// A series nobody recorded, and an empty range.
-	if got := ok(s.Traffic(TrafficOf{TrafficRegistry, 8}, base, base.Add(2*time.Minute), time.Minute))(t); len(got) != 2 || !got[0].IsZero() || !got[1].IsZero() {
+	if got := ok(s.Traffic(base, base.Add(2*time.Minute), time.Minute, TrafficOf{TrafficRegistry, 8}))(t)[0]; len(got) != 2 || !got[0].IsZero() || !got[1].IsZero() {
 		t.Fatalf("unrecorded series: %+v", got)
 	}
-	if got := ok(s.Traffic(reg, base, base, time.Minute))(t); len(got) != 0 {
+	if got := ok(s.Traffic(base, base, time.Minute, reg))(t)[0]; len(got) != 0 {
 		t.Fatalf("empty range: %+v", got)
 	}
 }

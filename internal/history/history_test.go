@@ -235,18 +235,23 @@ func TestSamplerPersistence(t *testing.T) {
 	if err := n3.Sample(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := st.Traffic(reg1, start, start.Add(2*time.Minute), time.Minute)
+	all, err := st.Traffic(start, start.Add(2*time.Minute), time.Minute, reg1, up5)
 	if err != nil {
 		t.Fatal(err)
+	}
+	got := all[0]
+	if all[1][0] != (store.TrafficCounts{Requests: 10, Hits: 4, Misses: 6}) {
+		t.Fatalf("the upstream's first minute: %+v", all[1][0])
 	}
 	want := []store.TrafficCounts{{Requests: 10, Hits: 4, Misses: 6}, {Requests: 3, Hits: 3}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("history after a restart: %+v, want %+v", got, want)
 	}
-	hours, err := st.Traffic(up5, start, start.Add(time.Hour), time.Hour)
+	hourly, err := st.Traffic(start, start.Add(time.Hour), time.Hour, up5)
 	if err != nil {
 		t.Fatal(err)
 	}
+	hours := hourly[0]
 	if len(hours) != 1 || hours[0] != (store.TrafficCounts{Requests: 13, Hits: 7, Misses: 6}) {
 		t.Fatalf("the hour: %+v", hours)
 	}
