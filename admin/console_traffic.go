@@ -164,6 +164,14 @@ func sizeOf(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
+// count writes "1 request", "3 requests".
+func count(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.FormatInt(n, 10) + " " + what + "s"
+}
+
 func percentLabel(v float64) string { return trimZero(v) + "%" }
 
 // column picks one count of each step.
@@ -216,7 +224,7 @@ func trafficBlock(id, base, what string, upstream bool, tr trafficRange, from ti
 	b := consoleTraffic{Heading: "Traffic of " + what, Range: tr, Links: trafficLinks(base, tr), StepName: tr.stepName}
 	b.Charts = append(b.Charts,
 		mk("requests", "Requests",
-			fmt.Sprintf("%d requests, %d of them answered from the cache; at most %s in one %s.", t.Requests, t.Hits, countLabel(peak(reqs)), tr.stepName),
+			fmt.Sprintf("%s, %d of them answered from the cache; at most %s in one %s.", count(t.Requests, "request"), t.Hits, countLabel(peak(reqs)), tr.stepName),
 			0, false, countLabel, chart.Series{Name: "Requests", Values: reqs}, chart.Series{Name: "Answered from the cache (hits)", Values: hits}),
 		mk("ratio", "Hit ratio",
 			fmt.Sprintf("Hit ratio over the range: %s of requests answered from the cache.", ratio(t.Hits, t.Requests)),
@@ -229,16 +237,16 @@ func trafficBlock(id, base, what string, upstream bool, tr trafficRange, from ti
 			fmt.Sprintf("%s served, %s of it from the cache without an upstream download (upstream traffic saved).", sizeOf(t.ServedBytes), sizeOf(t.SavedBytes)),
 			0, false, bytesLabel, chart.Series{Name: "Bytes served", Values: served}, chart.Series{Name: "From the cache (upstream traffic saved)", Values: saved}))
 		b.Columns = append(b.Columns, "Bytes served", "Upstream traffic saved")
-		b.Summary = fmt.Sprintf("%s: %d requests, hit ratio %s, %s served, %s of it from the cache (upstream traffic saved).",
-			tr.Label, t.Requests, ratio(t.Hits, t.Requests), sizeOf(t.ServedBytes), sizeOf(t.SavedBytes))
+		b.Summary = fmt.Sprintf("%s: %s, hit ratio %s, %s served, %s of it from the cache (upstream traffic saved).",
+			tr.Label, count(t.Requests, "request"), ratio(t.Hits, t.Requests), sizeOf(t.ServedBytes), sizeOf(t.SavedBytes))
 	} else {
 		sent, failed := column(steps, func(s store.TrafficCounts) int64 { return s.UpstreamRequests }), column(steps, func(s store.TrafficCounts) int64 { return s.UpstreamFailures })
 		b.Charts = append(b.Charts, mk("sent", "Requests sent to the upstream",
-			fmt.Sprintf("%d requests sent to the upstream, %d of them failed.", t.UpstreamRequests, t.UpstreamFailures),
+			fmt.Sprintf("%s sent to the upstream, %d of them failed.", count(t.UpstreamRequests, "request"), t.UpstreamFailures),
 			0, false, countLabel, chart.Series{Name: "Sent", Values: sent}, chart.Series{Name: "Failed", Values: failed}))
 		b.Columns = append(b.Columns, "Sent upstream", "Failed")
-		b.Summary = fmt.Sprintf("%s, through all registries of the upstream: %d requests, hit ratio %s, %d sent to the upstream, %d failed.",
-			tr.Label, t.Requests, ratio(t.Hits, t.Requests), t.UpstreamRequests, t.UpstreamFailures)
+		b.Summary = fmt.Sprintf("%s, through all registries of the upstream: %s, hit ratio %s, %d sent to the upstream, %d failed.",
+			tr.Label, count(t.Requests, "request"), ratio(t.Hits, t.Requests), t.UpstreamRequests, t.UpstreamFailures)
 	}
 	tf := "2006-01-02 15:04"
 	for i, s := range steps {
@@ -260,6 +268,6 @@ func trafficBlock(id, base, what string, upstream bool, tr trafficRange, from ti
 // upstreamLine is an upstream's line on the registry page.
 func upstreamLine(tr trafficRange, steps []store.TrafficCounts) trafficSummary {
 	t := sumTraffic(steps)
-	return trafficSummary{Text: fmt.Sprintf("%s (all its registries): %d requests, hit ratio %s, %d sent to the upstream, %d failed.",
-		tr.Label, t.Requests, ratio(t.Hits, t.Requests), t.UpstreamRequests, t.UpstreamFailures)}
+	return trafficSummary{Text: fmt.Sprintf("%s (all its registries): %s, hit ratio %s, %d sent to the upstream, %d failed.",
+		tr.Label, count(t.Requests, "request"), ratio(t.Hits, t.Requests), t.UpstreamRequests, t.UpstreamFailures)}
 }

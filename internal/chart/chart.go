@@ -49,10 +49,13 @@ type Chart struct {
 
 // The geometry, in viewBox units.
 const (
-	width, height = 600, 180
-	left, right   = 64, 10
+	// About the width a chart gets (a third of a desktop page, a phone's
+	// width), so 14 units of text read as a page's small print.
+	width, height = 360, 190
+	left, right   = 62, 10
 	marginTop     = 10
 	bottom        = 26
+	fontSize      = 14
 	plotW         = width - left - right
 	plotH         = height - marginTop - bottom
 )
@@ -94,7 +97,7 @@ func SVG(c Chart) string {
 		width, height, esc(c.ID), esc(c.ID))
 	fmt.Fprintf(&b, `<title id="%s-t">%s</title><desc id="%s-d">%s</desc>`, esc(c.ID), esc(c.Title), esc(c.ID), esc(c.Desc))
 	// The axis: four grid lines with their values.
-	b.WriteString(`<g font-size="12" font-family="system-ui, sans-serif" fill="#57606a">`)
+	fmt.Fprintf(&b, `<g font-size="%d" font-family="system-ui, sans-serif" fill="#57606a">`, fontSize)
 	for i := 0; i <= 4; i++ {
 		v := ymax * float64(i) / 4
 		y := yOf(v, ymax)
@@ -146,6 +149,10 @@ func SVG(c Chart) string {
 				dash = fmt.Sprintf(` stroke-dasharray="%s"`, look.dash)
 			}
 			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`, line, look.stroke, dash)
+			if len(run) == 1 {
+				// A lone value would be a speck: a dot marks it.
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>`, xOf(run[0], n), yOf(s.Values[run[0]], ymax), look.stroke)
+			}
 		}
 	}
 	b.WriteString(`</svg>`)

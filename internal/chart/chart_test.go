@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -85,7 +86,7 @@ func TestSVGAccessible(t *testing.T) {
 	els, text := parse(t, svg)
 	root := els["svg"][0]
 	if attr(root, "role") != "img" || attr(root, "aria-labelledby") != "req-t req-d" || attr(root, "width") != "100%" ||
-		attr(root, "viewBox") != "0 0 600 180" {
+		attr(root, "viewBox") != fmt.Sprintf("0 0 %d %d", width, height) {
 		t.Fatalf("svg attributes: %+v", root.Attr)
 	}
 	if len(els["title"]) != 1 || attr(els["title"][0], "id") != "req-t" || len(els["desc"]) != 1 || attr(els["desc"][0], "id") != "req-d" {
@@ -139,6 +140,9 @@ func TestSVGOnePointAndGaps(t *testing.T) {
 	els, _ := parse(t, SVG(Chart{ID: "one", Title: "t", Start: start, Step: time.Hour, Series: []Series{{Name: "x", Values: []float64{7}}}}))
 	if len(els["polyline"]) != 1 || len(coords(t, attr(els["polyline"][0], "points"))) != 2 {
 		t.Fatalf("one value is not drawn as a level line: %+v", els["polyline"])
+	}
+	if len(els["circle"]) != 1 {
+		t.Fatalf("a lone value has %d dots", len(els["circle"]))
 	}
 	// A ratio with no value in the middle: two pieces of line, no area.
 	nan := math.NaN()
