@@ -207,7 +207,7 @@ func capTraffic(series map[TrafficOf]TrafficCounts) map[TrafficOf]TrafficCounts 
 // same counts added to its point of the hour, and the deletion of points
 // past their retention (at most trafficDeleteBatch of each kind), in one
 // transaction. Series whose counts are all 0 are left out; a sample with
-// none writes no point but still adds nothing and deletes what expired.
+// none writes no point, and no transaction at all unless points expired.
 func (s *Store) RecordTraffic(node uint64, smp TrafficSample) error {
 	series := map[TrafficOf]TrafficCounts{}
 	for k, c := range smp.Series {
@@ -223,6 +223,16 @@ func (s *Store) RecordTraffic(node uint64, smp TrafficSample) error {
 	var point []byte
 	if len(series) > 0 {
 		point = encodeTraffic(series)
+	} else {
+		// Idle: no write transaction unless a point expired.
+		expired := false
+		if err := s.db.View(func(tx kv.Tx) error {
+			expired = firstBefore(tx.Bucket(bktTrafficPoints), at.Add(-TrafficPointsKept)) ||
+				firstBefore(tx.Bucket(bktTrafficHours), hour.Add(-TrafficHoursKept))
+			return nil
+		}); err != nil || !expired {
+			return err
+		}
 	}
 	return s.db.Update(func(tx kv.Tx) error {
 		points, hours := tx.Bucket(bktTrafficPoints), tx.Bucket(bktTrafficHours)
@@ -251,6 +261,12 @@ func (s *Store) RecordTraffic(node uint64, smp TrafficSample) error {
 		}
 		return deleteTrafficBefore(hours, hour.Add(-TrafficHoursKept))
 	})
+}
+
+// firstBefore reports whether b has a key of a time before cutoff.
+func firstBefore(b kv.Bucket, cutoff time.Time) bool {
+	k, _ := b.Cursor().First()
+	return k != nil && string(k) < string(trafficKey(cutoff, 0))
 }
 
 func deleteTrafficBefore(b kv.Bucket, cutoff time.Time) error {

@@ -150,3 +150,43 @@ func TestTrafficSeriesCap(t *testing.T) {
 		t.Fatal("a truncated record decoded")
 	}
 }
+
+// updateCounter counts the write transactions of an engine.
+type updateCounter struct {
+	kv.DB
+	updates int
+}
+
+func (u *updateCounter) Update(fn func(kv.Tx) error) error {
+	u.updates++
+	return u.DB.Update(fn)
+}
+
+func TestTrafficIdleWritesNothing(t *testing.T) {
+	boltOnly(t, "wraps the bbolt engine to count its write transactions")
+	db, err := boltAt(t.TempDir(), time.Second)
+	noErr(t, err)
+	eng := &updateCounter{DB: db}
+	s, err := Open(Options{Engine: eng, SecretKey: testKey, Now: newClock().Now})
+	noErr(t, err)
+	closeChecked(t, s)
+	base := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	noErr(t, s.RecordTraffic(1, TrafficSample{At: base, Series: map[TrafficOf]TrafficCounts{{TrafficRegistry, 1}: {Requests: 1}}}))
+	before := eng.updates
+	// Idle intervals with nothing expired: no write transaction.
+	for i := 1; i <= 3; i++ {
+		noErr(t, s.RecordTraffic(1, TrafficSample{At: base.Add(time.Duration(i) * time.Minute),
+			Series: map[TrafficOf]TrafficCounts{{TrafficRegistry, 1}: {}}}))
+	}
+	if eng.updates != before {
+		t.Fatalf("%d write transactions for idle intervals", eng.updates-before)
+	}
+	// Idle, but the first point expired: one transaction deletes it.
+	noErr(t, s.RecordTraffic(1, TrafficSample{At: base.Add(TrafficPointsKept + time.Minute)}))
+	if eng.updates != before+1 {
+		t.Fatalf("%d write transactions to delete an expired point, want 1", eng.updates-before)
+	}
+	if keys := trafficKeys(t, s, bktTrafficPoints); len(keys) != 0 {
+		t.Fatalf("points left: %v", keys)
+	}
+}

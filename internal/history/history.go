@@ -81,6 +81,8 @@ type Sampler struct {
 	stop, done chan struct{}
 	started    bool
 	once       sync.Once
+	// failing is the loop's: the last sample failed.
+	failing bool
 }
 
 // New returns a sampler; Start runs it.
@@ -110,12 +112,22 @@ func (s *Sampler) Start() {
 	s.started = true
 	go func() {
 		defer close(s.done)
-		every.Tick(s.stop, s.o.Interval, func() {
-			if err := s.Sample(); err != nil {
-				s.o.Logger.Warn("recording the traffic history failed; the next sample carries its counts", "err", err)
-			}
-		})
+		every.Tick(s.stop, s.o.Interval, s.tick)
 	}()
+}
+
+// tick is one sample of the loop. It logs one line when recording starts
+// failing and one when it works again, not one an interval through an
+// outage of the index.
+func (s *Sampler) tick() {
+	switch err := s.Sample(); {
+	case err != nil && !s.failing:
+		s.failing = true
+		s.o.Logger.Warn("recording the traffic history failed; the next sample that is recorded carries the counts", "err", err)
+	case err == nil && s.failing:
+		s.failing = false
+		s.o.Logger.Info("recording the traffic history works again")
+	}
 }
 
 // Stop ends the loop started by Start and records the interval in

@@ -2,6 +2,8 @@ package history
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,15 +42,15 @@ func newProxyCounters(t *testing.T) *proxyCounters {
 	return p
 }
 
-// recorder keeps the samples; fail makes the next recording fail.
+// recorder keeps the samples; fail makes the next recordings fail.
 type recorder struct {
 	samples []store.TrafficSample
-	fail    bool
+	fail    int
 }
 
 func (r *recorder) RecordTraffic(node uint64, smp store.TrafficSample) error {
-	if r.fail {
-		r.fail = false
+	if r.fail > 0 {
+		r.fail--
 		return errors.New("index unavailable")
 	}
 	r.samples = append(r.samples, smp)
@@ -167,16 +169,24 @@ func TestSamplerRecordFailureKeepsCounts(t *testing.T) {
 	p := newProxyCounters(t)
 	clk := testclock.New(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
 	rec := &recorder{}
-	s := New(Options{Gatherer: p.reg, Store: rec, Now: clk.Now})
+	var logs strings.Builder
+	s := New(Options{Gatherer: p.reg, Store: rec, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	p.lookups.WithLabelValues("1", "5", "artifact", "miss").Add(2)
-	rec.fail = true
-	if err := s.Sample(); err == nil {
-		t.Fatal("a failed recording reported no error")
+	// Three failures in a row, then it works: one warning, one line
+	// that it works again, and the counts of all four intervals.
+	rec.fail = 3
+	for range 3 {
+		s.tick()
+		clk.Advance(time.Minute)
 	}
 	p.lookups.WithLabelValues("1", "5", "artifact", "miss").Add(3)
-	clk.Advance(time.Minute)
-	if err := s.Sample(); err != nil {
-		t.Fatal(err)
+	s.tick()
+	if got := logs.String(); strings.Count(got, "recording the traffic history failed") != 1 ||
+		strings.Count(got, "recording the traffic history works again") != 1 {
+		t.Fatalf("logs:\n%s", got)
+	}
+	if len(rec.samples) != 1 {
+		t.Fatalf("%d samples recorded", len(rec.samples))
 	}
 	wantSeries(t, rec.last(t).Series, map[store.TrafficOf]store.TrafficCounts{
 		reg1: {Requests: 5, Misses: 5},
