@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // consoleGet signs in to the console of d with token over plain HTTP and
@@ -75,4 +76,32 @@ func TestConsoleTrafficSurvivesRestart(t *testing.T) {
 		t.Fatalf("after the restart, the upstream's 30 days lack the traffic:\n%s", page)
 	}
 	noServerErrors(t, d)
+}
+
+// TestClusterConsoleTraffic: each node records its own traffic, and the
+// console of either node adds them up.
+func TestClusterConsoleTraffic(t *testing.T) {
+	c := startCluster(t, 2, map[string]string{"REGISTRYD_ADMIN_TRAFFIC_HISTORY_INTERVAL": "1s"})
+	a, b := c.nodes[0], c.nodes[1]
+	f := a.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	up := newPxUpstream(t)
+	up.set(pxJar, pxFile{body: pxBody("lib", 8<<10)})
+	f.Upstream(reg, up.URL, nil)
+	// A fills the file (a miss), B serves it twice from the shared cache.
+	a.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	for range 2 {
+		b.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	}
+	want := "Last hour: 3 requests, hit ratio 66.7%, 24.0 KiB served, 16.0 KiB of it from the cache"
+	for _, node := range []*Daemon{a, b} {
+		var page string
+		eventually(t, 30*time.Second, "the console adds up both nodes' traffic", func() bool {
+			page = consoleGet(t, node, rootToken, "/-/console/registries/"+itoa(reg)+"?range=1h")
+			return strings.Contains(page, want)
+		})
+	}
+	for _, n := range c.nodes {
+		noServerErrors(t, n)
+	}
 }
