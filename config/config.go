@@ -131,6 +131,10 @@ type Admin struct {
 	ConsoleSessionTTL time.Duration `yaml:"console_session_ttl"`
 	// TLS serves the admin listener over TLS (config/tls.go).
 	TLS TLS `yaml:"tls"`
+	// TrafficHistoryInterval is how often this node records its traffic
+	// counts (per registry and upstream) in the index for the web
+	// console's charts. Default 1m; from 1s to 1h.
+	TrafficHistoryInterval time.Duration `yaml:"traffic_history_interval"`
 }
 
 // External is how clients reach registryd.
@@ -454,6 +458,8 @@ func Default() Config {
 			// a forgotten browser does not stay signed in overnight.
 			ConsoleSessionTTL: 8 * time.Hour,
 			TLS:               TLS{ReloadInterval: 10 * time.Second},
+			// The charts' finest step is a minute.
+			TrafficHistoryInterval: time.Minute,
 		},
 		Upstreams: Upstreams{
 			ConnectTimeout: 10 * time.Second,
@@ -732,6 +738,9 @@ func (c Config) Validate() error {
 	}
 	if c.Metadata.MergeWait < 0 {
 		add("metadata.merge_wait must not be negative (0 refuses at once), got %s", c.Metadata.MergeWait)
+	}
+	if d := c.Admin.TrafficHistoryInterval; d < time.Second || d > time.Hour {
+		add("admin.traffic_history_interval (REGISTRYD_ADMIN_TRAFFIC_HISTORY_INTERVAL) must be from 1s to 1h, got %s", d)
 	}
 	if c.Cleanup.CheckInterval < time.Second {
 		add("cleanup.check_interval (REGISTRYD_CLEANUP_CHECK_INTERVAL) must be at least 1s, got %s", c.Cleanup.CheckInterval)

@@ -39,6 +39,7 @@ func TestLayout(t *testing.T) {
 		{"eventimport", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "event import, no HTTP"},
 		{"upstream", []string{"github.com/valyala/fasthttp", "go.etcd.io/bbolt", "registryd/admin", "registryd/proxy"}, "the upstream client serves both listeners"},
 		{"auth", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt"}, "auth decides; the listeners speak HTTP"},
+		{"internal/history", []string{"net/http", "github.com/valyala/fasthttp", "go.etcd.io/bbolt", "registryd/proxy", "registryd/proxy/cache", "registryd/admin"}, "the traffic history reads the proxy's counters from the metrics registry, not from package proxy"},
 	}
 	for _, r := range rules {
 		imps, ok := imports[r.pkg]

@@ -31,6 +31,7 @@ import (
 	"registryd/auth"
 	"registryd/cleanup"
 	"registryd/config"
+	"registryd/internal/history"
 	"registryd/proxy"
 	"registryd/store"
 	"registryd/upstream"
@@ -355,6 +356,11 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// The console's traffic charts: this node's counts, read from the
+	// proxy's metrics, recorded in the index every interval.
+	histOpts := historyOptions(cfg)
+	histOpts.Gatherer, histOpts.Store, histOpts.Logger = reg, st, log
+	sampler := history.New(histOpts)
 	httpSrv := &http.Server{
 		Handler:           adminSrv,
 		ReadTimeout:       cfg.Admin.ReadTimeout,
@@ -382,6 +388,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	proxySrv.Start()
 	cleaner.Start()
 	importer.Start()
+	sampler.Start()
 	listening.Store(true)
 	log.Info("registryd started", "version", version, "proxy", lns.proxy.Addr().String(),
 		"admin", lns.admin.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName,
@@ -434,6 +441,9 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		log.Error("flushing download counts", "err", err)
 	}
 	proxySrv.StopCollector()
+	// The listeners count no more: the last interval's counts are
+	// recorded before the store closes.
+	sampler.Stop()
 	log.Info("registryd stopped")
 	return runErr
 }

@@ -49,6 +49,7 @@ func TestOptionsSetEveryField(t *testing.T) {
 		{"cleanup", cleanupOptions(cfg), []string{"Store", "Now", "Logger", "Registerer", "BeforeRun", "Rest"}},
 		{"advisories", advisoriesOptions(cfg), []string{"Store", "Sources", "Client", "Logger", "Registerer"}},
 		{"admin", adminOptions(cfg), nil},
+		{"history", historyOptions(cfg), []string{"Gatherer", "Store", "Node", "Now", "Logger"}},
 		{"proxy", proxyOptions(cfg), []string{"Listener.AccessLogJSON", "Cache.MaxBytes", "Cache.MinFreeFraction"}},
 	} {
 		if got := zeroFields(tc.options); !slices.Equal(got, tc.zero) {
