@@ -33,6 +33,7 @@ import (
 	"registryd/config"
 	"registryd/proxy"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -219,7 +220,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		cfg.External.URL = config.ExternalURLFor(lns.admin.Addr().String())
 	}
 
-	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
+	if err := blob.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	if cfg.Clustered() {
