@@ -34,6 +34,7 @@ import (
 	"registryd/internal/history"
 	"registryd/proxy"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -220,7 +221,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		cfg.External.URL = cfg.DefaultExternalURL(lns.admin.Addr().String())
 	}
 
-	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
+	if err := blob.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	if cfg.Clustered() {
