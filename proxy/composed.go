@@ -616,20 +616,27 @@ func (c *composedCache) badDoc(digest string, now time.Time) (*badDoc, bool) {
 	return nil, true
 }
 
-// composedEntries bounds the number of answers kept, whatever their size.
-const composedEntries = 8192
-
-func newComposedCache(max int64) (*composedCache, error) {
+// newComposedCache keeps answers of at most max bytes in all, and at most
+// entries answers (and bad documents) whatever their size
+// (Options.Memory.Composed).
+func newComposedCache(max int64, entries int) (*composedCache, error) {
 	c := &composedCache{max: max}
 	var err error
-	c.lru, err = simplelru.NewLRU[entryKey, *composedView](composedEntries, func(_ entryKey, v *composedView) {
+	c.lru, err = simplelru.NewLRU[entryKey, *composedView](entries, func(_ entryKey, v *composedView) {
 		c.bytes -= v.size()
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.bad, err = simplelru.NewLRU[string, badDoc](composedEntries, nil)
+	c.bad, err = simplelru.NewLRU[string, badDoc](entries, nil)
 	return c, err
+}
+
+// fill is the answers kept and their bytes, for metrics.
+func (c *composedCache) fill() (n int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len(), c.bytes
 }
 
 func (c *composedCache) get(k entryKey) *composedView {

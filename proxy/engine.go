@@ -126,23 +126,26 @@ func newEngine(d Deps, o Options) (*engine, error) {
 	return s, nil
 }
 
-// newCaches makes the engine's caches in memory.
+// newCaches makes the engine's caches in memory, bounded by
+// Options.Memory. The registry and entry views are validated against
+// store.CacheGeneration on every use, so their size bounds memory, not
+// staleness.
 func (s *engine) newCaches() error {
 	o := s.opts
 	var err error
-	if s.regs, err = lru.New[int64, *registryView](registryCacheSize); err != nil {
+	if s.regs, err = lru.New[int64, *registryView](o.Memory.Registries); err != nil {
 		return err
 	}
-	if s.entries, err = lru.New[entryKey, *entryView](entryCacheSize); err != nil {
+	if s.entries, err = lru.New[entryKey, *entryView](o.Memory.Entries); err != nil {
 		return err
 	}
-	if s.marks, err = newPathMemory(); err != nil {
+	if s.marks, err = newPathMemory(o.Memory.Paths); err != nil {
 		return err
 	}
-	if s.composed, err = newComposedCache(o.Metadata.MemoryBytes); err != nil {
+	if s.composed, err = newComposedCache(o.Metadata.MemoryBytes, o.Memory.Composed); err != nil {
 		return err
 	}
-	s.small, err = newSmallBlobs(o.Cache.MemoryBytes, o.Cache.MemoryMaxFileBytes)
+	s.small, err = newSmallBlobs(o.Cache.MemoryBytes, o.Cache.MemoryMaxFileBytes, o.Memory.SmallBlobs)
 	return err
 }
 
@@ -151,7 +154,7 @@ func (s *engine) newCaches() error {
 func (s *engine) register(d Deps) error {
 	o := s.opts
 	var err error
-	if s.rules, err = newRuleSets(d.Registerer); err != nil {
+	if s.rules, err = newRuleSets(d.Registerer, o.Memory.Verdicts); err != nil {
 		return fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.merging, err = newMergeGate(d.Registerer, o.Metadata.MaxMergingBytes, o.Metadata.MergeWait); err != nil {
@@ -172,6 +175,9 @@ func (s *engine) register(d Deps) error {
 		negatives: s.marks.len,
 	})
 	if err != nil {
+		return fmt.Errorf("proxy metrics: %w", err)
+	}
+	if err = registerMemoryGauges(d.Registerer, s.memoryCaches()); err != nil {
 		return fmt.Errorf("proxy metrics: %w", err)
 	}
 	if s.disk, err = newDiskState(d.Registerer, d.Blobs, d.Logger); err != nil {

@@ -23,13 +23,14 @@ type smallBlobs struct {
 }
 
 // newSmallBlobs returns nil (no memory cache) when budget or maxFile is 0.
-func newSmallBlobs(budget, maxFile int64) (*smallBlobs, error) {
+// It keeps at most entries blobs (Options.Memory.SmallBlobs).
+func newSmallBlobs(budget, maxFile int64, entries int) (*smallBlobs, error) {
 	if budget <= 0 || maxFile <= 0 {
 		return nil, nil
 	}
 	c := &smallBlobs{maxFile: min(maxFile, budget), budget: budget}
 	// The count bound is only a backstop; the byte budget does the evicting.
-	l, err := simplelru.NewLRU[string, []byte](1<<20, func(_ string, b []byte) { c.bytes -= int64(len(b)) })
+	l, err := simplelru.NewLRU[string, []byte](entries, func(_ string, b []byte) { c.bytes -= int64(len(b)) })
 	if err != nil {
 		return nil, err
 	}
@@ -77,4 +78,14 @@ func (c *smallBlobs) held() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes
+}
+
+// count is the blobs currently in memory, for metrics.
+func (c *smallBlobs) count() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
 }

@@ -32,11 +32,10 @@ import (
 // that upstream (a fill, an upload), or after anything that ran a
 // cache-delete or invalidate endpoint of the upstream or of a registry it
 // belongs to, or edited the upstream (store.ForgetEpoch). The memory is in
-// memory and bounded (pathMemorySize marks, least recently used out): a
+// memory and bounded (Options.Memory.Paths marks, least recently used out): a
 // restart asks again.
 const (
-	pathMemorySize = 1 << 17
-	refusedTTL     = time.Minute
+	refusedTTL = time.Minute
 )
 
 type pathMemory struct {
@@ -50,8 +49,8 @@ type pathMark struct {
 	refused error
 }
 
-func newPathMemory() (*pathMemory, error) {
-	c, err := lru.New[flightKey, pathMark](pathMemorySize)
+func newPathMemory(size int) (*pathMemory, error) {
+	c, err := lru.New[flightKey, pathMark](size)
 	if err != nil {
 		return nil, err
 	}

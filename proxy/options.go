@@ -14,6 +14,7 @@ type Options struct {
 	Upstreams UpstreamOptions
 	Metadata  MetadataOptions
 	Audit     AuditOptions
+	Memory    MemoryOptions
 }
 
 // ListenerOptions bound the fasthttp listener (the proxy section).
@@ -185,6 +186,31 @@ type AuditOptions struct {
 	AggregateInterval time.Duration
 }
 
+// MemoryOptions bound the count of what the engine's caches in memory
+// hold (registryd_cache_memory_entries and _capacity show their fill).
+// They are not configuration keys: the defaults are registryd's; tests,
+// the bench and the soak may set them.
+type MemoryOptions struct {
+	// Paths bounds the (upstream, path) answers remembered as absent or
+	// refused, the negative cache (negative.go). Default 131072.
+	Paths int
+	// Registries bounds the resolved registries kept. Default 1024.
+	Registries int
+	// Entries bounds the resolved cache entries kept (each checked against
+	// the cache generation on use). Default 32768.
+	Entries int
+	// Verdicts bounds the verdicts of upstreams' allow/deny rules kept, all
+	// upstreams together, some 300 bytes each (rules.go). Default 16384.
+	Verdicts int
+	// Composed bounds the merged answers kept, whatever their size
+	// (metadata.memory_bytes bounds their bytes), and the upstream
+	// documents remembered not to merge (composed.go). Default 8192.
+	Composed int
+	// SmallBlobs bounds the small files kept in memory; only a backstop,
+	// cache.memory_bytes does the evicting (memcache.go). Default 1048576.
+	SmallBlobs int
+}
+
 // withDefaults fills the zero fields of o with their defaults and turns
 // the negative ones into the 0 (off, none) the code below reads.
 func (o Options) withDefaults() Options {
@@ -238,6 +264,14 @@ func (o Options) withDefaults() Options {
 	a.CallerDenialsPerMinute = orDefault(a.CallerDenialsPerMinute, 30)
 	a.RegistryDenialsPerMinute = orDefault(a.RegistryDenialsPerMinute, 300)
 	a.AggregateInterval = orDefault(a.AggregateInterval, time.Minute)
+
+	mem := &o.Memory
+	mem.Paths = orDefault(mem.Paths, 1<<17)
+	mem.Registries = orDefault(mem.Registries, 1024)
+	mem.Entries = orDefault(mem.Entries, 32768)
+	mem.Verdicts = orDefault(mem.Verdicts, 16384)
+	mem.Composed = orDefault(mem.Composed, 8192)
+	mem.SmallBlobs = orDefault(mem.SmallBlobs, 1<<20)
 	return o
 }
 

@@ -44,6 +44,9 @@ func TestDefaultsAreConfigs(t *testing.T) {
 			Retention: a.Retention, CallerDenialsPerMinute: a.CallerDenialsPerMinute,
 			RegistryDenialsPerMinute: a.RegistryDenialsPerMinute, AggregateInterval: a.AggregateInterval,
 		},
+		// Not configuration keys: the defaults MemoryOptions states.
+		Memory: MemoryOptions{Paths: 131072, Registries: 1024, Entries: 32768, Verdicts: 16384, Composed: 8192,
+			SmallBlobs: 1 << 20},
 	}
 	// The default policy is "": the code reads it as verify.
 	if u.ChecksumPolicy != "verify" {

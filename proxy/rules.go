@@ -68,17 +68,15 @@ type verdictKey struct {
 	groupID, artifactID, version string
 }
 
-// verdictCacheSize bounds the cached verdicts of all upstreams together
-// (some 300 bytes each).
-const verdictCacheSize = 16384
-
 // The values of registryd_upstream_rule_checks_total's source label.
 var verdictSources = [2]string{"cache", "evaluated"}
 
-func newRuleSets(reg prometheus.Registerer) (*ruleSets, error) {
+// newRuleSets keeps at most verdicts verdicts of all upstreams together
+// (Options.Memory.Verdicts).
+func newRuleSets(reg prometheus.Registerer, verdicts int) (*ruleSets, error) {
 	rs := &ruleSets{m: map[int64]*upstreamRules{}}
 	var err error
-	if rs.verdicts, err = lru.New[verdictKey, maven.Verdict](verdictCacheSize); err != nil {
+	if rs.verdicts, err = lru.New[verdictKey, maven.Verdict](verdicts); err != nil {
 		return nil, err
 	}
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{

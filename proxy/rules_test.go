@@ -61,7 +61,7 @@ func TestRuleVerdictsCached(t *testing.T) {
 // request buffer, reused for another request afterwards, change neither
 // the cached keys nor the verdicts handed out.
 func TestVerdictCacheOwnsItsStrings(t *testing.T) {
-	rs, err := newRuleSets(nil)
+	rs, err := newRuleSets(nil, 16384)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func BenchmarkVerdict(b *testing.B) {
 			}
 		})
 		b.Run(bc.name+"/cached", func(b *testing.B) {
-			rs, err := newRuleSets(nil)
+			rs, err := newRuleSets(nil, 16384)
 			if err != nil {
 				b.Fatal(err)
 			}

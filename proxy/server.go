@@ -85,14 +85,6 @@ type Deps struct {
 	Ready func() error
 }
 
-// Sizes of the in-memory resolution caches. Both are validated against
-// store.CacheGeneration on every use, so their size bounds memory, not
-// staleness.
-const (
-	registryCacheSize = 1024
-	entryCacheSize    = 32768
-)
-
 // Server is the proxy listener (fasthttp): it parses, authenticates,
 // resolves through its engine and serves what the engine answers.
 type Server struct {
