@@ -1,5 +1,5 @@
 // Package testsvc starts the real servers registryd's tests run against:
-// PostgreSQL (this file) and an S3-compatible object store (minio.go). A
+// PostgreSQL (this file) and an S3-compatible object store (s3.go: MinIO or versitygw). A
 // server is started once per test binary, on a loopback port, in a temp dir,
 // and stopped by StopAll, which a package's TestMain calls after m.Run.
 //
@@ -111,7 +111,7 @@ func PostgresPrivate(t testing.TB) *PG {
 	return pg
 }
 
-// StopAll stops every server this package started (PostgreSQL and MinIO)
+// StopAll stops every server this package started (PostgreSQL and the S3 servers)
 // and removes their directories. Call it from TestMain after m.Run.
 func StopAll() {
 	pgMu.Lock()
@@ -122,7 +122,7 @@ func StopAll() {
 	for _, pg := range all {
 		pg.remove()
 	}
-	StopAllMinIO()
+	StopAllS3()
 }
 
 var errNoBinaries = fmt.Errorf("PostgreSQL server binaries %w", ErrNotInstalled)
@@ -193,7 +193,7 @@ func startPG() (*PG, error) {
 	return pg, nil
 }
 
-// freePort asks the kernel for a free loopback port (PostgreSQL, MinIO).
+// freePort asks the kernel for a free loopback port (PostgreSQL, the S3 servers).
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
