@@ -62,12 +62,15 @@ var s3Kinds = map[string]s3Kind{
 		// --keep-alive: without it every answer closes its connection
 		// (versitygw's default), and a client pooling connections, as
 		// registryd's does, pays a TCP handshake per request.
+		// The posix backend keeps its metadata in extended attributes and
+		// refuses to start on a filesystem without them.
 		args: func(s *S3) []string {
-			return []string{"--access", s.AccessKey, "--secret", s.SecretKey, "--port", s.addr,
-				"--region", "us-east-1", "--health", "/health", "--keep-alive", "--quiet",
-				"posix", filepath.Join(s.dir, "data")}
+			return []string{"--port", s.addr, "--region", "us-east-1", "--health", "/health",
+				"--keep-alive", "--quiet", "posix", filepath.Join(s.dir, "data")}
 		},
-		env: func(*S3) []string { return nil },
+		env: func(s *S3) []string {
+			return []string{"ROOT_ACCESS_KEY_ID=" + s.AccessKey, "ROOT_SECRET_ACCESS_KEY=" + s.SecretKey}
+		},
 	},
 }
 
@@ -168,13 +171,10 @@ func StartS3(kind string) (*S3, error) {
 	return s3Srv[kind], s3Err[kind]
 }
 
-// MinIOBinary is the MinIO server binary the tests use ("" when there is
-// none), for tests that start MinIO themselves.
-func MinIOBinary() string { return S3Binary(KindMinIO) }
-
 // S3Binary is the binary of that kind the tests use ("" when there is
-// none): $REGISTRYD_MINIO or $REGISTRYD_VERSITYGW, else the program in
-// PATH, else $(go env GOPATH)/bin/<program>.
+// none), also for tests that start it themselves (the scale-out recipe's):
+// $REGISTRYD_MINIO or $REGISTRYD_VERSITYGW, else the program in PATH, else
+// $(go env GOPATH)/bin/<program>.
 func S3Binary(kind string) string {
 	k, ok := s3Kinds[kind]
 	if !ok {
