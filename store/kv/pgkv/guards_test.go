@@ -99,6 +99,27 @@ func TestGuardsWithoutSerializable(t *testing.T) {
 		}
 	})
 
+	// The same for a key found by a cursor (a walk that rewrites what it
+	// finds).
+	t.Run("a deleted key found by a cursor is not resurrected", func(t *testing.T) {
+		db := setup(t, []byte("v1"))
+		err, n := interleave(t, db, func(tx kv.Tx, pause func()) error {
+			b := tx.Bucket(bk)
+			key, v := b.Cursor().Seek(k)
+			pause()
+			if !bytes.Equal(key, k) {
+				return nil
+			}
+			return b.Put(k, append(bytes.Clone(v), '+'))
+		}, func(tx kv.Tx) error { return tx.Bucket(bk).Delete(k) })
+		if err != nil || n != 2 {
+			t.Fatalf("the updating transaction: %v after %d attempts; want a retry (2)", err, n)
+		}
+		if v := get(t, db); v != nil {
+			t.Fatalf("k = %q after the delete committed; want it deleted", v)
+		}
+	})
+
 	// A key read as absent and created meanwhile by another transaction
 	// is not overwritten: two nodes creating one cache entry, one group
 	// path, one blob reference.

@@ -32,10 +32,15 @@ type tx struct {
 	// it prefetched may be stale.
 	gen map[int32]uint64
 	// present are the keys this write transaction has seen exist (a Get
-	// that found the key, or its own Put) and not deleted since: a Put of
-	// one is an UPDATE of the row it read, never an upsert (see Put).
+	// or a cursor that found the key, or its own Put) and not deleted
+	// since: a Put of one is an UPDATE of the row it read, never an upsert
+	// (see Put). At most maxPresent are kept (a long walk would keep every
+	// key it passed); a key past them is upserted, as any key not seen.
 	present map[rowKey]struct{}
 }
+
+// maxPresent bounds tx.present: 64k keys of a few dozen bytes.
+const maxPresent = 1 << 16
 
 // rowKey names one key of one bucket.
 type rowKey struct {
@@ -57,7 +62,9 @@ func (t *tx) sawPresent(b int32, key []byte) {
 	if t.present == nil {
 		t.present = map[rowKey]struct{}{}
 	}
-	t.present[rowKey{b, string(key)}] = struct{}{}
+	if len(t.present) < maxPresent {
+		t.present[rowKey{b, string(key)}] = struct{}{}
+	}
 }
 
 var _ kv.Tx = (*tx)(nil)
