@@ -32,15 +32,15 @@ test-cluster:
 	$(GO) test -race -count=1 -timeout 20m -run Cluster ./itest/
 	$(MAKE) test-cluster-s3
 
-# The tests that use the bucket, against the second S3 server (S3=versitygw,
-# the default; S3=minio runs them against MinIO again): the object store, the
+# The tests that use the bucket, against the second S3 server (S3_SERVER=versitygw,
+# the default; S3_SERVER=minio runs them against MinIO again): the object store, the
 # blob tiers, the store's bucket tests and the three-node tests. The scale-out
 # recipe is left out: it starts its own server, whatever REGISTRYD_TEST_S3 says.
-S3 ?= versitygw
+S3_SERVER ?= versitygw
 test-cluster-s3:
-	REGISTRYD_TEST_S3=$(S3) $(GO) test -race -count=1 -timeout 20m ./store/objects/ ./store/blob/
-	REGISTRYD_TEST_S3=$(S3) REGISTRYD_TEST_STORE=postgres $(GO) test -race -count=1 -timeout 20m -run 'Remote|Tiered' ./store/
-	REGISTRYD_TEST_S3=$(S3) $(GO) test -race -count=1 -timeout 20m -run Cluster -skip ScaleOutRecipe ./itest/
+	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m ./store/objects/ ./store/blob/
+	REGISTRYD_TEST_S3=$(S3_SERVER) REGISTRYD_TEST_STORE=postgres $(GO) test -race -count=1 -timeout 20m -run 'Remote|Tiered' ./store/
+	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m -run Cluster -skip ScaleOutRecipe ./itest/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
