@@ -34,12 +34,13 @@ test-cluster:
 
 # The tests that use the bucket, against the second S3 server (S3_SERVER=versitygw,
 # the default; S3_SERVER=minio runs them against MinIO again): the object store, the
-# blob tiers, the store's bucket tests and the three-node tests. The scale-out
-# recipe is left out: it starts its own server, whatever REGISTRYD_TEST_S3 says.
+# blob tiers, the store's and the proxy's bucket tests and the three-node tests. The
+# scale-out recipe is left out: it starts its own server, whatever REGISTRYD_TEST_S3 says.
 S3_SERVER ?= versitygw
 test-cluster-s3:
 	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m ./store/objects/ ./store/blob/
 	REGISTRYD_TEST_S3=$(S3_SERVER) REGISTRYD_TEST_STORE=postgres $(GO) test -race -count=1 -timeout 20m -run 'Remote|Tiered' ./store/
+	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m -run 'Remote|Cluster' ./proxy/
 	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m -run Cluster -skip ScaleOutRecipe ./itest/
 
 fmt-check:
