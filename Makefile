@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse --short=11 HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
-.PHONY: build run test test-cluster fmt-check vet bench soak clean
+.PHONY: build run test test-cluster test-cluster-s3 fmt-check vet bench soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/registryd
@@ -26,12 +26,25 @@ test: fmt-check vet
 
 # The cluster suite (docs/scale-out.md): the store suite against PostgreSQL
 # and the three-node tests, with a PostgreSQL and a MinIO the tests start on
-# loopback. Separate from `make test` to keep that one quick; .ci/run runs
-# both. Without postgres or minio installed the tests skip (fail when CI=true).
+# loopback, then test-cluster-s3. Separate from `make test` to keep that one
+# quick; .ci/run runs both. Without postgres, minio or versitygw installed the
+# tests skip (fail when CI=true).
 # -count=1: the suite runs against a server, never from go test's cache.
 test-cluster:
 	REGISTRYD_TEST_STORE=postgres $(GO) test -race -count=1 -timeout 20m ./store/...
 	$(GO) test -race -count=1 -timeout 20m -run Cluster ./itest/
+	$(MAKE) test-cluster-s3
+
+# The tests that use the bucket, against the second S3 server (S3_SERVER=versitygw,
+# the default; S3_SERVER=minio runs them against MinIO again): the object store, the
+# blob tiers, the store's and the proxy's bucket tests and the three-node tests. The
+# scale-out recipe is left out: it starts its own server, whatever REGISTRYD_TEST_S3 says.
+S3_SERVER ?= versitygw
+test-cluster-s3:
+	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m ./store/objects/ ./store/blob/
+	REGISTRYD_TEST_S3=$(S3_SERVER) REGISTRYD_TEST_STORE=postgres $(GO) test -race -count=1 -timeout 20m -run 'Remote|Tiered' ./store/
+	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m -run 'Remote|Cluster' ./proxy/
+	REGISTRYD_TEST_S3=$(S3_SERVER) $(GO) test -race -count=1 -timeout 20m -run Cluster -skip ScaleOutRecipe ./itest/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

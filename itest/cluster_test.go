@@ -1,8 +1,9 @@
 package itest
 
 // The cluster suite: three registryd nodes on one real PostgreSQL (Debian's)
-// and one real S3 server (MinIO), all on loopback, started by the tests. Run
-// alone with `go test -count=1 -run Cluster ./itest/` (make test-cluster).
+// and one real S3 server (MinIO, or versitygw with REGISTRYD_TEST_S3=versitygw),
+// all on loopback, started by the tests. Run alone with
+// `go test -count=1 -run Cluster ./itest/` (make test-cluster runs it against both).
 
 import (
 	"bytes"
@@ -55,7 +56,7 @@ func clusterEnv(t *testing.T, pg *testsvc.PG, s3 *testsvc.S3) map[string]string 
 
 func startCluster(t *testing.T, n int, extra map[string]string) *cluster {
 	t.Helper()
-	c := &cluster{pg: testsvc.Postgres(t), s3: testsvc.MinIO(t)}
+	c := &cluster{pg: testsvc.Postgres(t), s3: testsvc.ObjectStore(t)}
 	c.env = clusterEnv(t, c.pg, c.s3)
 	for k, v := range extra {
 		c.env[k] = v
@@ -453,7 +454,7 @@ func TestClusterServicesRestart(t *testing.T) {
 // idempotent when run again, and the cluster then serves the node's cached
 // file and accepts its tokens without asking the upstream.
 func TestClusterMigrate(t *testing.T) {
-	pg, s3 := testsvc.Postgres(t), testsvc.MinIO(t)
+	pg, s3 := testsvc.Postgres(t), testsvc.ObjectStore(t)
 	env := clusterEnv(t, pg, s3)
 	single := Start(t, map[string]string{"REGISTRYD_SECRETS_KEY": env["REGISTRYD_SECRETS_KEY"]})
 	f := single.Fix(t)

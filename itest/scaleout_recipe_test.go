@@ -10,8 +10,9 @@ package itest
 //     names must be in .ci/packages (which .ci/run installs).
 //   - "script": the rest, in order, in one bash with -euo pipefail from the
 //     top of the repository, on kernel-chosen loopback ports (the recipe's
-//     RD, *_PORT(S) variables) and the MinIO binary the cluster suite uses
-//     (MINIO: the recipe's go install line is skipped when it exists). It
+//     RD, *_PORT(S) variables) and the versitygw binary the cluster suite
+//     uses (VERSITYGW: the recipe's go install line is skipped when it
+//     exists). It
 //     must end showing that a file fetched through node 1 is a hit on node
 //     2 with no upstream request, which the test checks again itself.
 //   - "cleanup": run in a fresh bash given only RD; afterwards nothing the
@@ -70,7 +71,7 @@ func recipeNeeds(t *testing.T, missing []string) {
 		return
 	}
 	msg := "the scale-out recipe needs " + strings.Join(missing, ", ") +
-		" (on Debian: the packages of .ci/packages, as .ci/run installs them; MinIO as .ci/run builds it)"
+		" (on Debian: the packages of .ci/packages, as .ci/run installs them; versitygw as .ci/run builds it)"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
@@ -139,15 +140,15 @@ func TestClusterScaleOutRecipe(t *testing.T) {
 			t.Errorf("the recipe installs %s, which .ci/packages does not list", p)
 		}
 	}
-	// The MinIO it builds is the one CI builds.
+	// The versitygw it builds is the one CI builds.
 	ciRun, err := os.ReadFile(filepath.Join("..", ".ci", "run"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ciPin := regexp.MustCompile(`(?m)^MINIO_VERSION=(\S+)$`).FindSubmatch(ciRun)
-	docPin := regexp.MustCompile(`github\.com/minio/minio@(\S+)`).FindStringSubmatch(scriptText)
+	ciPin := regexp.MustCompile(`(?m)^VERSITYGW_VERSION=(\S+)$`).FindSubmatch(ciRun)
+	docPin := regexp.MustCompile(`github\.com/versity/versitygw/cmd/versitygw@(\S+)`).FindStringSubmatch(scriptText)
 	if ciPin == nil || docPin == nil || string(ciPin[1]) != docPin[1] {
-		t.Errorf("the recipe's MinIO version %q differs from .ci/run's MINIO_VERSION %q", docPin, ciPin)
+		t.Errorf("the recipe's versitygw version %q differs from .ci/run's VERSITYGW_VERSION %q", docPin, ciPin)
 	}
 	// Every address comes from the variables: each default port is named
 	// once, as its default, so the free ports below reach every command.
@@ -186,10 +187,10 @@ func TestClusterScaleOutRecipe(t *testing.T) {
 			missing = append(missing, "the user postgres (package postgresql), to run PostgreSQL as root")
 		}
 	}
-	if bin := testsvc.MinIOBinary(); bin != "" {
-		env["MINIO"] = bin
+	if bin := testsvc.S3Binary(testsvc.KindVersityGW); bin != "" {
+		env["VERSITYGW"] = bin
 	} else {
-		missing = append(missing, "MinIO ($REGISTRYD_MINIO, minio in PATH, or $(go env GOPATH)/bin/minio)")
+		missing = append(missing, "versitygw ($REGISTRYD_VERSITYGW, versitygw in PATH, or $(go env GOPATH)/bin/versitygw)")
 	}
 	for _, tool := range []string{"bash", "curl", "jq", "python3", "make", "go", "cmp", "runuser"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -225,7 +226,7 @@ func TestClusterScaleOutRecipe(t *testing.T) {
 
 	// Whatever happens, nothing the recipe started outlives the test: its
 	// cleanup block, then SIGKILL to the script's process group (the nodes,
-	// MinIO, the upstream) and to the postmaster.
+	// the S3 server, the upstream) and to the postmaster.
 	var pgid int
 	t.Cleanup(func() {
 		if _, err := os.Stat(rd); err == nil {
@@ -315,7 +316,7 @@ func TestClusterScaleOutRecipe(t *testing.T) {
 		t.Error("PostgreSQL's postmaster.pid is not in $RD/pg/data")
 	}
 	if len(pids) != 6 {
-		t.Errorf("the recipe recorded %d processes (%v), want 6: three nodes, MinIO, the upstream, PostgreSQL", len(pids), pidFiles)
+		t.Errorf("the recipe recorded %d processes (%v), want 6: three nodes, the S3 server, the upstream, PostgreSQL", len(pids), pidFiles)
 	}
 	cout, err := runRecipeBash(repo, map[string]string{"RD": rd}, "set -euo pipefail\n"+cleanup[0].text, 2*time.Minute)
 	if err != nil {
@@ -401,7 +402,7 @@ func runRecipeBashPgid(dir string, env map[string]string, script string, timeout
 // environment.
 func recipeVar(name string) bool {
 	switch name {
-	case "RD", "PG_PORT", "S3_PORT", "UPSTREAM_PORT", "PROXY_PORTS", "ADMIN_PORTS", "PG_BIN", "MINIO":
+	case "RD", "PG_PORT", "S3_PORT", "UPSTREAM_PORT", "PROXY_PORTS", "ADMIN_PORTS", "PG_BIN", "VERSITYGW":
 		return true
 	}
 	return false
@@ -445,7 +446,7 @@ func keepRecipeLogs(t *testing.T, rd string) {
 // recipeLogTails is the end of each log the recipe writes, for a failure.
 func recipeLogTails(rd string) string {
 	var sb strings.Builder
-	for _, name := range []string{"node1.log", "node2.log", "node3.log", "minio.log", "upstream.log", "pg/postgres.log", "pg/initdb.log"} {
+	for _, name := range []string{"node1.log", "node2.log", "node3.log", "s3.log", "upstream.log", "pg/postgres.log", "pg/initdb.log"} {
 		if b, err := os.ReadFile(filepath.Join(rd, name)); err == nil {
 			fmt.Fprintf(&sb, "--- %s:\n%s\n", name, lastLines(string(b), 15))
 		}

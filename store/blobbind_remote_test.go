@@ -19,7 +19,8 @@ import (
 	"registryd/store/objects"
 )
 
-// remoteEnv is one store (the shared index) and a bucket on the test MinIO.
+// remoteEnv is one store (the shared index) and a bucket on the test S3
+// server (testsvc.ObjectStore: MinIO or versitygw).
 type remoteEnv struct {
 	s     *Store
 	clock *testclock.Clock
@@ -30,7 +31,7 @@ type remoteEnv struct {
 
 func newRemoteEnv(t *testing.T) *remoteEnv {
 	t.Helper()
-	srv := testsvc.MinIO(t)
+	srv := testsvc.ObjectStore(t)
 	obj := srv.NewObjects(t, "registryd")
 	// The orphan grace is measured against the object store's clock.
 	c := testclock.New(time.Now().UTC())

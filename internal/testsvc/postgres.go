@@ -1,7 +1,8 @@
 // Package testsvc starts the real servers registryd's tests run against:
-// PostgreSQL (this file) and an S3-compatible object store (minio.go). A
-// server is started once per test binary, on a loopback port, in a temp dir,
-// and stopped by StopAll, which a package's TestMain calls after m.Run.
+// PostgreSQL (this file) and an S3-compatible object store (s3.go: MinIO or
+// versitygw). A server is started once per test binary, on a loopback port,
+// in a temp dir, and stopped by StopAll, which a package's TestMain calls
+// after m.Run.
 //
 // It imports only the standard library so that any test package may use it
 // without pulling a driver in.
@@ -111,8 +112,8 @@ func PostgresPrivate(t testing.TB) *PG {
 	return pg
 }
 
-// StopAll stops every server this package started (PostgreSQL and MinIO)
-// and removes their directories. Call it from TestMain after m.Run.
+// StopAll stops every server this package started (PostgreSQL and the S3
+// servers) and removes their directories. Call it from TestMain after m.Run.
 func StopAll() {
 	pgMu.Lock()
 	all := pgAll
@@ -122,7 +123,7 @@ func StopAll() {
 	for _, pg := range all {
 		pg.remove()
 	}
-	StopAllMinIO()
+	StopAllS3()
 }
 
 var errNoBinaries = fmt.Errorf("PostgreSQL server binaries %w", ErrNotInstalled)
@@ -193,7 +194,7 @@ func startPG() (*PG, error) {
 	return pg, nil
 }
 
-// freePort asks the kernel for a free loopback port (PostgreSQL, MinIO).
+// freePort asks the kernel for a free loopback port (PostgreSQL, the S3 servers).
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

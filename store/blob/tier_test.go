@@ -13,7 +13,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testsvc.StopAllMinIO()
+	testsvc.StopAllS3()
 	os.Exit(code)
 }
 
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 // find it at its size, List names it, Delete removes it and says its size,
 // and a blob that is not there is ErrNotFound everywhere.
 func TestTiers(t *testing.T) {
-	obj := testsvc.MinIO(t).NewObjects(t, "tiers/")
+	obj := testsvc.ObjectStore(t).NewObjects(t, "tiers/")
 	tiers := map[string]func(t *testing.T) (Tier, string){
 		"disk": func(t *testing.T) (Tier, string) {
 			d, err := openDisk(t.TempDir(), nil)

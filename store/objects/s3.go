@@ -96,6 +96,9 @@ func NewS3(o S3Options) (*S3, error) {
 	return &S3{c: c, bucket: o.Bucket, prefix: p}, nil
 }
 
+// Bucket is the bucket's name.
+func (s *S3) Bucket() string { return s.bucket }
+
 // Put uploads size bytes of r: in one PUT up to partSize, else as a
 // multipart upload, completed only when every part is in. Either way the
 // object appears whole or not at all.
@@ -186,10 +189,17 @@ func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error
 // AbortUploads aborts the multipart uploads under prefix that began before
 // before: those of a node that died mid-upload (S3 keeps their parts, and
 // bills them, until aborted; a bucket lifecycle rule
-// AbortIncompleteMultipartUpload does the same).
+// AbortIncompleteMultipartUpload does the same). Each is aborted by its
+// upload id: another node may be uploading the same key right now (it took
+// over the dead node's fill), and its upload must complete.
+//
+// MinIO lists multipart uploads by exact key only, so under a prefix it
+// lists none and this finds nothing there; MinIO drops an upload left
+// incomplete for 24 hours itself (its api stale_uploads_expiry).
 func (s *S3) AbortUploads(ctx context.Context, prefix string, before time.Time) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	core := minio.Core{Client: s.c}
 	n := 0
 	for u := range s.c.ListIncompleteUploads(ctx, s.bucket, s.prefix+prefix, true) {
 		if u.Err != nil {
@@ -198,7 +208,7 @@ func (s *S3) AbortUploads(ctx context.Context, prefix string, before time.Time) 
 		if !u.Initiated.Before(before) {
 			continue
 		}
-		if err := s.c.RemoveIncompleteUpload(ctx, s.bucket, u.Key); err != nil {
+		if err := core.AbortMultipartUpload(ctx, s.bucket, u.Key, u.UploadID); err != nil {
 			return n, s.fail("abort upload", strings.TrimPrefix(u.Key, s.prefix), err)
 		}
 		n++

@@ -147,6 +147,7 @@ func (c *cursor) settle(offState int) ([]byte, []byte) {
 
 func (c *cursor) at(i int) ([]byte, []byte) {
 	c.state, c.pos, c.key = stAt, i, c.rows[i].k
+	c.b.t.sawPresent(c.b.id, c.rows[i].k)
 	return c.rows[i].k, c.rows[i].v
 }
 

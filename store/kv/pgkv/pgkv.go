@@ -6,7 +6,13 @@
 // PostgreSQL transaction: PostgreSQL's serializable snapshot isolation
 // guarantees that concurrent transactions give the result of some serial
 // order, so every invariant store keeps inside one bbolt transaction is kept
-// across nodes without row locks or constraints of its own. The price is
+// across nodes. Belt and braces, the writes are such that snapshot
+// isolation alone (what is left if the serializable checks miss a
+// conflict) loses no write either: a key the transaction saw exist is UPDATEd,
+// so a concurrent delete or change of it aborts one of the two (PostgreSQL's
+// first-updater-wins), and a key it did not read is upserted, whose ON
+// CONFLICT aborts rather than overwrite a concurrent insert (tx.go, Put;
+// guards_test.go interleaves them at REPEATABLE READ). The price is
 // that PostgreSQL aborts one of two conflicting transactions with SQLSTATE
 // 40001 (or 40P01 for a deadlock); Update then runs the function again from
 // the start, with a jittered backoff, a bounded number of times (Retries
@@ -104,6 +110,12 @@ type DB struct {
 	buckets   atomic.Pointer[map[string]int32]
 	bucketsMu sync.Mutex
 
+	// writeOpts begin a write transaction: SERIALIZABLE. Only a test
+	// changes it (to REPEATABLE READ: snapshot isolation, as if the
+	// serializable checks had missed a conflict) to see what guards
+	// remain without them.
+	writeOpts pgx.TxOptions
+
 	retries  atomic.Uint64
 	resyncs  atomic.Uint64
 	rechecks atomic.Uint64 // for tests
@@ -191,6 +203,8 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		recheck:  o.RecheckInterval,
 		desc:     describe(cfg.ConnConfig),
 		locks:    map[*heldLock]struct{}{},
+
+		writeOpts: serializableWrite,
 	}
 	db.buckets.Store(&map[string]int32{})
 	db.stopCtx, db.stop = context.WithCancel(context.Background())
@@ -294,8 +308,8 @@ func (db *DB) run(write bool, fn func(kv.Tx) error) error {
 }
 
 var (
-	writeOpts = pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite}
-	readOpts  = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	serializableWrite = pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite}
+	readOpts          = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 )
 
 // begin starts a transaction. A failed BEGIN did nothing, so it is tried
@@ -304,7 +318,7 @@ var (
 func (db *DB) begin(write bool) (pgx.Tx, error) {
 	opts := readOpts
 	if write {
-		opts = writeOpts
+		opts = db.writeOpts
 	}
 	var err error
 	for i := 0; i < 3; i++ {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"registryd/store/kv"
 )
@@ -30,6 +31,40 @@ type tx struct {
 	// gen counts the writes to each bucket, so a cursor knows that the page
 	// it prefetched may be stale.
 	gen map[int32]uint64
+	// present are the keys this write transaction has seen exist (a Get
+	// or a cursor that found the key, or its own Put) and not deleted
+	// since: a Put of one is an UPDATE of the row it read, never an upsert
+	// (see Put). At most maxPresent are kept (a long walk would keep every
+	// key it passed); a key past them is upserted, as any key not seen.
+	present map[rowKey]struct{}
+}
+
+// maxPresent bounds tx.present: 64k keys of a few dozen bytes.
+const maxPresent = 1 << 16
+
+// rowKey names one key of one bucket.
+type rowKey struct {
+	b int32
+	k string
+}
+
+// errVanished is the serialization failure of a Put whose key this
+// transaction read and whose row is gone: PostgreSQL reports a row deleted
+// by a concurrent transaction with 40001 itself, this covers any other way
+// the UPDATE could find nothing.
+var errVanished = &pgconn.PgError{Code: "40001", Message: "pgkv: a key this transaction read no longer exists"}
+
+// sawPresent records that key exists in this write transaction.
+func (t *tx) sawPresent(b int32, key []byte) {
+	if !t.writable {
+		return
+	}
+	if t.present == nil {
+		t.present = map[rowKey]struct{}{}
+	}
+	if len(t.present) < maxPresent {
+		t.present[rowKey{b, string(key)}] = struct{}{}
+	}
 }
 
 var _ kv.Tx = (*tx)(nil)
@@ -218,6 +253,7 @@ func (b *bucket) Get(key []byte) []byte {
 		t.fail(err)
 		return nil
 	}
+	t.sawPresent(b.id, key)
 	if v == nil {
 		v = []byte{}
 	}
@@ -239,13 +275,33 @@ func (b *bucket) Put(key, value []byte) error {
 	}
 	ctx, cancel := t.ctx()
 	defer cancel()
-	_, err := t.pg.Exec(ctx, `INSERT INTO kv (b, k, v) VALUES ($1, $2, $3)
+	// A key this transaction saw exist is UPDATEd: if a concurrent
+	// transaction deleted (or changed) the row since, PostgreSQL's
+	// first-updater-wins rule aborts this one with 40001 whatever its
+	// isolation level. The upsert would instead insert the key again (a
+	// deleted row is no conflict), resurrecting what the other transaction
+	// deleted, with only SERIALIZABLE's predicate locks to catch it. A key
+	// not seen is upserted: if a concurrent transaction inserted it, ON
+	// CONFLICT DO UPDATE finds a row this snapshot cannot see and aborts
+	// with 40001 too (it never overwrites a concurrent insert).
+	rk := rowKey{b.id, string(key)}
+	var err error
+	if _, seen := t.present[rk]; seen {
+		var tag pgconn.CommandTag
+		tag, err = t.pg.Exec(ctx, `UPDATE kv SET v = $3 WHERE b = $1 AND k = $2`, b.id, key, value)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = errVanished
+		}
+	} else {
+		_, err = t.pg.Exec(ctx, `INSERT INTO kv (b, k, v) VALUES ($1, $2, $3)
 ON CONFLICT (b, k) DO UPDATE SET v = excluded.v`, b.id, key, value)
+	}
 	b.wrote()
 	if err != nil {
 		t.fail(err)
 		return unavailable("put", err)
 	}
+	t.sawPresent(b.id, key)
 	return nil
 }
 
@@ -260,6 +316,7 @@ func (b *bucket) Delete(key []byte) error {
 	ctx, cancel := t.ctx()
 	defer cancel()
 	_, err := t.pg.Exec(ctx, `DELETE FROM kv WHERE b = $1 AND k = $2`, b.id, key)
+	delete(t.present, rowKey{b.id, string(key)})
 	b.wrote()
 	if err != nil {
 		t.fail(err)
