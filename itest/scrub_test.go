@@ -1,0 +1,122 @@
+package itest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestScrubHealsAFlippedByte: a byte of a stored blob flips on disk; a
+// scrub cycle asked for over the admin API finds it, names it in its report
+// and metrics, quarantines the file and drops the entry, and the next
+// download fetches the file from its upstream again, while the other
+// artifact stays a hit.
+func TestScrubHealsAFlippedByte(t *testing.T) {
+	d := Start(t, nil)
+	f := d.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	up := newPxUpstream(t)
+	const rotten, sound = "com/acme/rot/1.0/rot-1.0.jar", "com/acme/ok/1.0/ok-1.0.jar"
+	rottenBody, soundBody := pxBody("rot", 300<<10), pxBody("ok", 200<<10)
+	up.set(rotten, pxFile{body: rottenBody})
+	up.set(sound, pxFile{body: soundBody})
+	f.Upstream(reg, up.URL, nil)
+	for _, p := range []string{rotten, sound} {
+		d.pxGet(t, reg, p, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+		// The sidecar answers from the stored entry: after it, the file is
+		// in the index.
+		d.pxGet(t, reg, p+".sha1", "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	}
+	sum := sha256.Sum256(rottenBody)
+	sha := hex.EncodeToString(sum[:])
+	path := filepath.Join(d.DataDir, "blobs", "sha256", sha[0:2], sha[2:4], sha)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x01
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	_, userTok := f.User("dev", false)
+	d.Do("GET", "/admin/scrub", userTok, nil).Expect(t, 403)
+	d.Do("POST", "/admin/scrub", "", nil).Expect(t, 401)
+	d.Do("POST", "/admin/scrub", rootToken, nil).Expect(t, 202)
+
+	var rep struct {
+		Running bool `json:"running"`
+		Last    *struct {
+			FinishedAt     *time.Time `json:"finished_at"`
+			Checked        int64      `json:"checked"`
+			BytesHashed    int64      `json:"bytes_hashed"`
+			EntriesDropped int64      `json:"entries_dropped"`
+			Corrupt        []struct {
+				SHA256      string `json:"sha256"`
+				Tier        string `json:"tier"`
+				Quarantined string `json:"quarantined"`
+				Entries     []struct {
+					RelativePath string `json:"relative_path"`
+				} `json:"entries"`
+			} `json:"corrupt"`
+			Missing []any `json:"missing"`
+		} `json:"last"`
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d.Do("GET", "/admin/scrub", rootToken, nil).Expect(t, 200).JSON(t, &rep)
+		if !rep.Running && rep.Last != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scrub cycle did not finish: %+v", rep)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l := rep.Last
+	if l.FinishedAt == nil || l.Checked != 2 || l.BytesHashed != int64(len(rottenBody)+len(soundBody)) || l.EntriesDropped != 1 ||
+		len(l.Corrupt) != 1 || len(l.Missing) != 0 {
+		t.Fatalf("report = %+v", *l)
+	}
+	c := l.Corrupt[0]
+	if c.SHA256 != sha || c.Tier != "local" || c.Quarantined != filepath.Join(d.DataDir, "quarantine", sha) ||
+		len(c.Entries) != 1 || c.Entries[0].RelativePath != "/"+rotten {
+		t.Fatalf("finding = %+v", c)
+	}
+	if q, err := os.ReadFile(c.Quarantined); err != nil || !bytes.Equal(q, b) {
+		t.Fatalf("the quarantined file: %v", err)
+	}
+	metrics := d.Do("GET", "/metrics", "", nil).Expect(t, 200).Body
+	for series, want := range map[string]float64{
+		"registryd_scrub_blobs_checked_total": 2, "registryd_scrub_blobs_corrupt_total": 1,
+		"registryd_scrub_blobs_missing_total": 0, "registryd_scrub_entries_dropped_total": 1,
+		"registryd_scrub_bytes_hashed_total": float64(len(rottenBody) + len(soundBody)),
+	} {
+		if n := metricValue(t, metrics, series); n != want {
+			t.Errorf("%s = %v, want %v", series, n, want)
+		}
+	}
+	if n := metricValue(t, metrics, "registryd_scrub_last_completed_timestamp_seconds"); n < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("last completed = %v", n)
+	}
+	if !bytes.Contains([]byte(d.Logs()), []byte(sha)) {
+		t.Error("no log line names the bad blob")
+	}
+
+	// The self-heal: the upstream's bytes again, fetched anew; the other
+	// file is still a hit.
+	got := d.pxGet(t, reg, rotten, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	if !bytes.Equal(got.Body, rottenBody) {
+		t.Fatal("the download after the scrub does not have the upstream's bytes")
+	}
+	if n := up.calls(rotten); n != 2 {
+		t.Fatalf("upstream GETs of the healed file = %d, want 2", n)
+	}
+	if got := d.pxGet(t, reg, sound, "PRIVATE-TOKEN", rootToken).Expect(t, 200); !bytes.Equal(got.Body, soundBody) || up.calls(sound) != 1 {
+		t.Fatalf("the sound file: %d upstream GETs", up.calls(sound))
+	}
+}
