@@ -2,12 +2,17 @@ package itest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"registryd/store/blob"
+	"registryd/store/objects"
 )
 
 // TestScrubHealsAFlippedByte: a byte of a stored blob flips on disk; a
@@ -118,5 +123,81 @@ func TestScrubHealsAFlippedByte(t *testing.T) {
 	}
 	if got := d.pxGet(t, reg, sound, "PRIVATE-TOKEN", rootToken).Expect(t, 200); !bytes.Equal(got.Body, soundBody) || up.calls(sound) != 1 {
 		t.Fatalf("the sound file: %d upstream GETs", up.calls(sound))
+	}
+}
+
+// TestClusterScrubHealsARottenObject: a byte of an object in the bucket
+// flips; a scrub cycle on node B (which takes the bucket's scrub) deletes
+// the object and drops its entry, and the next download through node A
+// fetches the file from its upstream again and uploads it anew.
+func TestClusterScrubHealsARottenObject(t *testing.T) {
+	c := startCluster(t, 2, nil)
+	a, b := c.nodes[0], c.nodes[1]
+	f := a.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	up := newPxUpstream(t)
+	body := pxBody("rot", 300<<10)
+	up.set(pxJar, pxFile{body: body})
+	f.Upstream(reg, up.URL, nil)
+	a.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	a.pxGet(t, reg, pxJar+".sha1", "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+
+	obj, err := objects.NewS3(objects.S3Options{Endpoint: c.s3.Endpoint, Bucket: c.env["REGISTRYD_BLOBS_S3_BUCKET"],
+		Region: "us-east-1", AccessKeyID: c.s3.AccessKey, SecretAccessKey: c.s3.SecretKey, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	sha := hex.EncodeToString(sum[:])
+	ctx := context.Background()
+	rotten := bytes.Clone(body)
+	rotten[1000] ^= 0x40
+	if err := obj.Put(ctx, blob.ObjectKey(sha), bytes.NewReader(rotten), int64(len(rotten))); err != nil {
+		t.Fatal(err)
+	}
+
+	b.Do("POST", "/admin/scrub", rootToken, nil).Expect(t, 202)
+	var rep struct {
+		Running bool `json:"running"`
+		Last    *struct {
+			Bucket  bool `json:"bucket"`
+			Corrupt []struct {
+				SHA256  string `json:"sha256"`
+				Tier    string `json:"tier"`
+				Entries []struct {
+					RelativePath string `json:"relative_path"`
+				} `json:"entries"`
+			} `json:"corrupt"`
+		} `json:"last"`
+	}
+	eventually(t, 30*time.Second, "the scrub cycle on B ends", func() bool {
+		b.Do("GET", "/admin/scrub", rootToken, nil).Expect(t, 200).JSON(t, &rep)
+		return !rep.Running && rep.Last != nil
+	})
+	if l := rep.Last; !l.Bucket || len(l.Corrupt) != 1 || l.Corrupt[0].SHA256 != sha || l.Corrupt[0].Tier != "bucket" ||
+		len(l.Corrupt[0].Entries) != 1 || l.Corrupt[0].Entries[0].RelativePath != "/"+pxJar {
+		t.Fatalf("report = %+v", rep.Last)
+	}
+	if n := metricSum(t, b, "registryd_scrub_blobs_corrupt_total"); n != 1 {
+		t.Fatalf("B's corrupt blobs = %v", n)
+	}
+	// The entry is gone on every node: A (which still has a sound local
+	// copy) fetches the file from the upstream again.
+	eventually(t, 10*time.Second, "A fetches the file anew", func() bool {
+		got := a.pxGet(t, reg, pxJar, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+		if !bytes.Equal(got.Body, body) {
+			t.Fatal("A served other bytes than the upstream's")
+		}
+		return up.calls(pxJar) == 2
+	})
+	a.pxGet(t, reg, pxJar+".sha1", "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	r, err := obj.Get(ctx, blob.ObjectKey(sha))
+	if err != nil {
+		t.Fatalf("the object after the heal: %v", err)
+	}
+	defer r.Close()
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("the object after the heal: %d bytes, %v", len(got), err)
 	}
 }
