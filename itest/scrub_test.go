@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,5 +200,58 @@ func TestClusterScrubHealsARottenObject(t *testing.T) {
 	got, err := io.ReadAll(r)
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("the object after the heal: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestScrubResumesAfterARestart: a cycle on a small budget is cut short by
+// a stop; the next start continues it from the cursor the stop saved, and
+// the cycle ends there without checking again what was checked.
+func TestScrubResumesAfterARestart(t *testing.T) {
+	d := Start(t, map[string]string{"REGISTRYD_SCRUB_BYTES_PER_SECOND": "64KiB"})
+	f := d.Fix(t)
+	reg := f.Registry(f.Group("acme", 0, "private"), "main")
+	up := newPxUpstream(t)
+	f.Upstream(reg, up.URL, nil)
+	const n = 3
+	for i := range n {
+		p := "com/acme/slow/1." + itoa(int64(i)) + "/slow-1." + itoa(int64(i)) + ".jar"
+		up.set(p, pxFile{body: pxBody("slow"+itoa(int64(i)), 128<<10)})
+		d.pxGet(t, reg, p, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+		d.pxGet(t, reg, p+".sha1", "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	}
+	type cycle struct {
+		Resumed bool  `json:"resumed"`
+		Checked int64 `json:"checked"`
+		Error   string
+	}
+	var rep struct {
+		Running bool   `json:"running"`
+		Current *cycle `json:"current"`
+		Last    *cycle `json:"last"`
+	}
+	d.Do("POST", "/admin/scrub", rootToken, nil).Expect(t, 202)
+	// 128 KiB a blob at 64 KiB/s: the first blob is done after about a
+	// second, the cycle after about five.
+	eventually(t, 20*time.Second, "the first blob is checked", func() bool {
+		d.Do("GET", "/admin/scrub", rootToken, nil).Expect(t, 200).JSON(t, &rep)
+		return rep.Running && rep.Current != nil && rep.Current.Checked >= 2
+	})
+	d.Stop()
+	if !strings.Contains(d.Logs(), "scrub: cycle stopped") {
+		t.Error("no log line of the cycle the stop cut short")
+	}
+	d.start()
+	eventually(t, 30*time.Second, "the resumed cycle ends", func() bool {
+		d.Do("GET", "/admin/scrub", rootToken, nil).Expect(t, 200).JSON(t, &rep)
+		return !rep.Running && rep.Last != nil
+	})
+	// The stop came while the second blob was being read (Checked counts a
+	// blob when its read begins): the resumed cycle reads it again, and
+	// the third.
+	if !rep.Last.Resumed || rep.Last.Checked < 1 || rep.Last.Checked > 2 || rep.Last.Error != "" {
+		t.Fatalf("resumed cycle = %+v", *rep.Last)
+	}
+	if !strings.Contains(d.Logs(), "scrub: cycle done") {
+		t.Error("no log line of the resumed cycle")
 	}
 }
