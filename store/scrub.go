@@ -494,13 +494,19 @@ func (sc *Scrubber) check(ctx context.Context, cyc *ScrubCycle, sha string, buck
 	if !blob.ValidDigest(sha) {
 		return nil
 	}
-	sc.mu.Lock()
-	cyc.Checked++
-	sc.mu.Unlock()
-	sc.Stats.Checked.Add(1)
+	// A digest counts once, when its first read begins (or it is found
+	// missing); over a bucket, one with neither a local file nor the
+	// bucket's scrub on this node is not checked here.
+	count := sync.OnceFunc(func() {
+		sc.mu.Lock()
+		cyc.Checked++
+		sc.mu.Unlock()
+		sc.Stats.Checked.Add(1)
+	})
 	f, err := sc.b.Open(sha)
 	switch {
 	case err == nil:
+		count()
 		fi, serr := f.Stat()
 		good, herr := sc.hash(ctx, cyc, f, sha)
 		f.Close()
@@ -514,6 +520,7 @@ func (sc *Scrubber) check(ctx context.Context, cyc *ScrubCycle, sha string, buck
 		}
 	case errors.Is(err, fs.ErrNotExist):
 		if !sc.b.Remote() {
+			count()
 			return sc.missing(ctx, cyc, sha, "local", func() bool {
 				_, err := os.Stat(sc.b.Path(sha))
 				return errors.Is(err, fs.ErrNotExist)
@@ -525,6 +532,7 @@ func (sc *Scrubber) check(ctx context.Context, cyc *ScrubCycle, sha string, buck
 	if !bucket {
 		return nil
 	}
+	count()
 	r, _, err := sc.b.OpenShared(ctx, sha)
 	if errors.Is(err, blob.ErrNotFound) {
 		return sc.missing(ctx, cyc, sha, "bucket", func() bool {
