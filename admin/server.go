@@ -94,6 +94,9 @@ type Deps struct {
 	// Advisories imports advisory databases; nil: those endpoints answer
 	// 503. Its MaxBytes caps an upload.
 	Advisories AdvisoryImporter
+	// Scrub is this node's scrub of the blobs; nil: its endpoints answer
+	// 503.
+	Scrub Scrubber
 	// Disk reports whether fills write to the cache (the data volume has
 	// room), for the body of /-/readiness; nil leaves it out.
 	Disk func() blob.DiskStatus
@@ -127,6 +130,7 @@ type Server struct {
 
 	cleanup    CleanupRunner    // starts cleanup policy runs; nil when there is none
 	advisories AdvisoryImporter // imports advisory databases; nil when there is none
+	scrub      Scrubber         // the scrub of the blobs; nil when there is none
 	version    string           // registryd's version, for GET /version
 	revision   string           // the commit it was built from, for GET /version
 }
@@ -141,7 +145,7 @@ const reqIDKey ctxKey = 0
 func New(d Deps) (*Server, error) {
 	s := &Server{
 		opts: d.Options.withDefaults(), st: d.Store, auth: d.Auth, up: d.Upstream, health: d.Health, log: d.Logger, ready: d.Ready,
-		cleanup: d.Cleanup, advisories: d.Advisories, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
+		cleanup: d.Cleanup, advisories: d.Advisories, scrub: d.Scrub, disk: d.Disk, mux: http.NewServeMux(), routes: map[string]map[string]handler{},
 		version: cmp.Or(d.Version, "unknown"), revision: revisionOf(d.Revision),
 	}
 	if s.health == nil {
@@ -177,6 +181,7 @@ func New(d Deps) (*Server, error) {
 	s.routesCacheEntries()
 	s.routesCleanupPolicies()
 	s.routesAdvisories()
+	s.routesScrub()
 	s.routesVersion()
 	if s.console, err = newConsole(s, s.opts.ConsoleSessionTTL); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -61,5 +62,34 @@ func TestAdvisoriesSettings(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
+	}
+}
+
+func TestScrubSettings(t *testing.T) {
+	d := Default().Scrub
+	if d.Interval != 168*time.Hour || d.BytesPerSecond != 16*MiB || d.QuarantineMaxBytes != 1*GiB {
+		t.Fatalf("defaults %+v", d)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_SCRUB_INTERVAL=0", "REGISTRYD_SCRUB_BYTES_PER_SECOND=64MiB",
+		"REGISTRYD_SCRUB_QUARANTINE_MAX_BYTES=0"})
+	if err != nil || cfg.Scrub.Interval != 0 || cfg.Scrub.BytesPerSecond != 64*MiB || cfg.Scrub.QuarantineMaxBytes != 0 {
+		t.Fatalf("env: %+v, %v", cfg.Scrub, err)
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"REGISTRYD_SCRUB_INTERVAL=30s", "scrub.interval (REGISTRYD_SCRUB_INTERVAL) must be 0 (no scheduled cycle) or at least 1m, got 30s"},
+		{"REGISTRYD_SCRUB_BYTES_PER_SECOND=1KiB", "scrub.bytes_per_second (REGISTRYD_SCRUB_BYTES_PER_SECOND) must be at least 64KiB, got 1024"},
+	} {
+		_, err := Load("", []string{tc.env})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+	// A value from the file is named by its file and line.
+	path := t.TempDir() + "/registryd.yaml"
+	if err := os.WriteFile(path, []byte("scrub:\n  interval: 10s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), path+":2: scrub.interval must be 0") {
+		t.Fatalf("file: %v", err)
 	}
 }

@@ -54,6 +54,7 @@ type Config struct {
 	Cache      Cache      `yaml:"cache"`
 	Metadata   Metadata   `yaml:"metadata"`
 	Cleanup    Cleanup    `yaml:"cleanup"`
+	Scrub      Scrub      `yaml:"scrub"`
 	Audit      Audit      `yaml:"audit"`
 	Advisories Advisories `yaml:"advisories"`
 	Shutdown   Shutdown   `yaml:"shutdown"`
@@ -349,6 +350,26 @@ type Cleanup struct {
 	RunNowInterval time.Duration `yaml:"run_now_interval"`
 }
 
+// Scrub re-reads the stored blobs in the background and heals bad ones
+// (docs/operations.md, "Scrub").
+type Scrub struct {
+	// Interval is how long after the end of a cycle the next one starts
+	// (0: none on a schedule; POST /api/v4/registryd/scrub still starts
+	// one); otherwise at least 1m. Default 168h: a whole cycle of a 1 TiB
+	// cache at the default budget takes about 18h, so a week keeps the
+	// scrub's reads under a ninth of the time while bounding how long a
+	// rotten byte can be served to about a week and a cycle.
+	Interval time.Duration `yaml:"interval"`
+	// BytesPerSecond is the scrub's read budget (a token bucket with a
+	// burst of one second), at least 64KiB. Default 16MiB: a few percent of
+	// a disk's or a bucket link's throughput, so fills are not starved.
+	BytesPerSecond ByteSize `yaml:"bytes_per_second"`
+	// QuarantineMaxBytes bounds DATA_DIR/quarantine, where bad local blob
+	// files are moved (the oldest are deleted first; 0 keeps none). Default
+	// 1GiB.
+	QuarantineMaxBytes ByteSize `yaml:"quarantine_max_bytes"`
+}
+
 // Audit bounds the audit events registryd writes (docs/operations.md,
 // "Audit events: limits, retention and size").
 type Audit struct {
@@ -502,6 +523,7 @@ func Default() Config {
 			MergeWait:        2 * time.Second,
 		},
 		Cleanup: Cleanup{CheckInterval: time.Minute, BatchSize: 500, RunNowInterval: time.Minute},
+		Scrub:   Scrub{Interval: 168 * time.Hour, BytesPerSecond: 16 * MiB, QuarantineMaxBytes: 1 * GiB},
 		Audit: Audit{Retention: 3 * 365 * 24 * time.Hour, CallerDenialsPerMinute: 30, RegistryDenialsPerMinute: 300,
 			AggregateInterval: time.Minute},
 		Shutdown:   Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
@@ -750,6 +772,12 @@ func (c Config) Validate() error {
 	}
 	if r := c.Cleanup.RunNowInterval; r < 0 || (r > 0 && r < time.Second) {
 		add("cleanup.run_now_interval (REGISTRYD_CLEANUP_RUN_NOW_INTERVAL) must be 0 (off) or at least 1s, got %s", r)
+	}
+	if d := c.Scrub.Interval; d < 0 || (d > 0 && d < time.Minute) {
+		add("scrub.interval (REGISTRYD_SCRUB_INTERVAL) must be 0 (no scheduled cycle) or at least 1m, got %s", d)
+	}
+	if c.Scrub.BytesPerSecond < 64*KiB {
+		add("scrub.bytes_per_second (REGISTRYD_SCRUB_BYTES_PER_SECOND) must be at least 64KiB, got %d", c.Scrub.BytesPerSecond)
 	}
 	c.validateAudit(add)
 	for _, src := range c.Advisories.AdvisorySources() {

@@ -299,7 +299,7 @@ func TestEnvNamesCoverEverySetting(t *testing.T) {
 		}
 	}
 	for _, sec := range []any{cfg.Data, cfg.Store, cfg.Blobs, cfg.Proxy, cfg.Admin, cfg.External, cfg.Upstreams, cfg.License, cfg.Features,
-		cfg.Root, cfg.Secrets, cfg.Gateway, cfg.Auth, cfg.Cache, cfg.Metadata, cfg.Cleanup, cfg.Audit, cfg.Advisories, cfg.Shutdown, cfg.Log} {
+		cfg.Root, cfg.Secrets, cfg.Gateway, cfg.Auth, cfg.Cache, cfg.Metadata, cfg.Cleanup, cfg.Scrub, cfg.Audit, cfg.Advisories, cfg.Shutdown, cfg.Log} {
 		count(reflect.TypeOf(sec))
 	}
 	if len(names) != want {

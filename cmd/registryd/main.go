@@ -346,8 +346,12 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	if err != nil {
 		return err
 	}
+	scrubber, err := newScrubber(cfg, st, blobs, reg, log)
+	if err != nil {
+		return err
+	}
 	adminSrv, err := admin.New(admin.Deps{Options: adminOptions(cfg), Store: st, Auth: authSvc, Upstream: upClient, Health: health,
-		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer,
+		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer, Scrub: scrubber,
 		Disk: blobs.DiskStatus, Version: version, Revision: revision})
 	if err != nil {
 		return err
@@ -390,6 +394,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	cleaner.Start()
 	importer.Start()
 	sampler.Start()
+	scrubber.Start()
 	listening.Store(true)
 	log.Info("registryd started", "version", version, "proxy", lns.proxy.Addr().String(),
 		"admin", lns.admin.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName,
@@ -438,6 +443,9 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	// above) close the store.
 	cleaner.Stop()
 	importer.Stop()
+	// A cycle in progress stops at its next read; its cursor is kept for
+	// the next start.
+	scrubber.Stop()
 	if err := proxySrv.StopCounting(); err != nil {
 		log.Error("flushing download counts", "err", err)
 	}

@@ -33,7 +33,7 @@ type Skipped struct{ c *prometheus.CounterVec }
 func NewSkipped(reg prometheus.Registerer, jobs ...string) (*Skipped, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "registryd", Subsystem: "cluster", Name: "job_skipped_total",
-		Help: "Rounds of a scheduled job (collect, evict, cleanup, audit_retention) this node skipped because another node of the cluster held the job's lease and ran it.",
+		Help: "Rounds of a scheduled job (collect, evict, cleanup, audit_retention; scrub: the bucket's part of a cycle) this node skipped because another node of the cluster held the job's lease and ran it.",
 	}, []string{"job"})
 	if reg != nil {
 		if err := reg.Register(c); err != nil {
