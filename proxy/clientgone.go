@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"time"
@@ -13,9 +14,9 @@ import (
 const clientPoll = 250 * time.Millisecond
 
 // errClientGone ends a request whose client closed its connection while it
-// waited for a fill's answer. Nobody reads the answer; the access log and
-// the metrics record it as 499 (nginx's "client closed request").
-var errClientGone = &apiError{status: 499, body: `{"message":"499 Client Closed Request"}`}
+// waited for a fill's answer. Nobody reads the answer; the listener records
+// it as 499 (nginx's "client closed request").
+var errClientGone = errors.New("the client closed its connection")
 
 // awaitReady waits for f's outcome, as <-f.ready does, and reports false
 // when the client of conn went away first. fasthttp tells a handler nothing

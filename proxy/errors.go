@@ -84,10 +84,28 @@ var (
 		"403 Forbidden - All upstreams are filtered out because of existing allow/deny rules")
 	// errLeaseAnswer answers a fill without its cluster lease (leaseError).
 	errLeaseAnswer = message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - "+leaseReason)
-	// errElsewhereGone answers a file another node stored just now whose
-	// blob cannot be read here (see blobGone).
-	errElsewhereGone = message(fasthttp.StatusServiceUnavailable,
+	// errElsewhereGoneAnswer answers a file another node stored just now
+	// whose blob cannot be read here (errElsewhereGone).
+	errElsewhereGoneAnswer = message(fasthttp.StatusServiceUnavailable,
 		"503 Service Unavailable - the file was stored by another node and could not be read; try again")
+	// errClientGoneAnswer is recorded for a request whose client left
+	// while it waited (errClientGone); nobody reads it.
+	errClientGoneAnswer = &apiError{status: 499, body: `{"message":"499 Client Closed Request"}`}
+	// errMergeBusyAnswer answers a merge that found no room in time
+	// (errMergeBusy).
+	errMergeBusyAnswer = &apiError{
+		status: fasthttp.StatusServiceUnavailable,
+		body: jsonBody("message", "503 Service Unavailable - too many maven-metadata.xml merges at once; retry after "+
+			strconv.Itoa(mergeRetryAfter)+" second"),
+		retryAfter: mergeRetryAfter,
+	}
+)
+
+// The failures of resolution that are not an upstream's.
+var (
+	// errElsewhereGone is a file another node of the cluster stored just
+	// now whose blob cannot be read here (see blobGone).
+	errElsewhereGone = errors.New("the file was stored by another node and could not be read")
 )
 
 // upstreamFailure is one upstream that did not serve a miss, and why.
@@ -347,9 +365,21 @@ func toAPI(err error) *apiError {
 	var miss *missError
 	var fe *fillError
 	var nf *store.NotFoundError
+	var mr *mergeRefusedError
+	var np *noPrefixesError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, errClientGone):
+		return errClientGoneAnswer
+	case errors.Is(err, errElsewhereGone):
+		return errElsewhereGoneAnswer
+	case errors.Is(err, errMergeBusy):
+		return errMergeBusyAnswer
+	case errors.As(err, &mr):
+		return message(fasthttp.StatusBadGateway, "502 Bad Gateway - "+mr.reason)
+	case errors.As(err, &np):
+		return message(fasthttp.StatusNotFound, "404 Not Found - "+np.Error())
 	case errors.As(err, &me):
 		return badRequest(me.Reason())
 	case errors.Is(err, auth.ErrUnauthorized):

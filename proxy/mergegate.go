@@ -1,12 +1,11 @@
 package proxy
 
 import (
-	"strconv"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 )
 
 // mergeGate bounds the upstream documents being merged at once, in bytes
@@ -44,13 +43,9 @@ type mergeGate struct {
 // in seconds: merges of the largest documents take about a second.
 const mergeRetryAfter = 1
 
-// errMergeBusy answers a merge that found no room in time.
-var errMergeBusy = &apiError{
-	status: fasthttp.StatusServiceUnavailable,
-	body: jsonBody("message", "503 Service Unavailable - too many maven-metadata.xml merges at once; retry after "+
-		strconv.Itoa(mergeRetryAfter)+" second"),
-	retryAfter: mergeRetryAfter,
-}
+// errMergeBusy is a merge that found no room in time: a retry after
+// mergeRetryAfter seconds may find some.
+var errMergeBusy = errors.New("too many maven-metadata.xml merges at once")
 
 func newMergeGate(reg prometheus.Registerer, max int64, wait time.Duration) (*mergeGate, error) {
 	const ns, sub = "registryd", "metadata"

@@ -476,7 +476,7 @@ func (s *engine) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error)
 			if isLeaseError(o.err) {
 				// No upstream may be asked without the cluster's lease, and
 				// the next upstream's would fail alike: 503 now.
-				return answer{}, errLeaseAnswer
+				return answer{}, o.err
 			}
 			failures = append(failures, upstreamFailure{upstream: up.id, err: o.err})
 		}
