@@ -56,13 +56,12 @@ func (s *engine) awaitReady(conn net.Conn, f *flight) bool {
 	}
 }
 
-// rawConn digs the socket out of a client connection (under the per-client
-// limiter's wrapper, or TLS); nil when there is none.
+// rawConn digs the socket out of a client connection (under a wrapper
+// that gives it by NetConn, as the listener's per-client limiter and TLS
+// do); nil when there is none.
 func rawConn(c net.Conn) syscall.RawConn {
 	for c != nil {
 		switch v := c.(type) {
-		case *limitedConn:
-			c = v.Conn
 		case interface{ NetConn() net.Conn }:
 			c = v.NetConn()
 		case syscall.Conn:

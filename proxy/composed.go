@@ -152,7 +152,7 @@ func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
 // compose builds the answer out of the inputs; prev, the view kept from
 // before, is reused when its inputs are the same (a new cache generation
 // seldom changes a document).
-func (s *engine) compose(x *exchange, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
+func (s *engine) compose(x *request, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
 	v := &composedView{gen: gen, inputs: inputsDigest(k, ins), res: resHit}
 	for i := range ins {
 		in := &ins[i]
@@ -198,7 +198,7 @@ func (v *composedView) from(built *composedView) *composedView {
 }
 
 // build merges the inputs into v, within the room for merges.
-func (s *engine) build(x *exchange, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
+func (s *engine) build(x *request, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
 	// The merge weighs the documents it will read: one over
 	// metadata.max_document_bytes is refused unread (docInput.read).
 	var weight int64
@@ -262,7 +262,7 @@ func (s *engine) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 
 // refusedView completes v, whose inputs cannot be merged within the limits
 // (v.refused), as an answer kept while they stand.
-func (s *engine) refusedView(x *exchange, v *composedView) *composedView {
+func (s *engine) refusedView(x *request, v *composedView) *composedView {
 	v.merge = mergeNone
 	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone)
 	s.log.Warn("merged metadata refused", "registry", x.reg.id, "path", x.path.EntryRel(), "reason", v.refused.reason)
@@ -281,7 +281,7 @@ func (s *engine) docLimits() maven.MetadataLimits {
 // than the path is that upstream's failure. One document, nothing left out
 // and no upstream failed: its own bytes. A merged answer over the limits
 // is refused (v.refused).
-func (s *engine) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
+func (s *engine) mergeMetadata(x *request, v *composedView, ins []docInput) error {
 	lim := s.docLimits()
 	docs := make([]*maven.Metadata, len(ins))
 	var c maven.Coordinates

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"registryd/internal/clientkey"
 )
 
 // connLimiter counts the proxy listener's open connections, in all and per
@@ -28,7 +30,7 @@ import (
 // limit cannot take the rest (40 addresses at 256 used to take all 8,192),
 // and a client that holds few connections always gets in while any is free.
 //
-// A client is an IPv4 address, or an IPv6 /64 (clientOf, clientkey.go): a
+// A client is an IPv4 address, or an IPv6 /64 (clientkey.Of): a
 // host is given a whole /64 and picks any address in it, so counting IPv6
 // addresses one by one would give one host 2^64 clients' worth of
 // connections. An IPv4-mapped IPv6 peer (a dual-stack listener) is the IPv4
@@ -195,7 +197,7 @@ func (l *connLimiter) share() (int, string) {
 func (l *connLimiter) admit(c net.Conn) net.Conn {
 	var client netip.Prefix
 	if l.max > 0 {
-		client = clientOf(clientAddr(c.RemoteAddr()))
+		client = clientkey.Of(clientkey.Addr(c.RemoteAddr()))
 	}
 	if client.IsValid() {
 		l.mu.Lock()
@@ -281,7 +283,7 @@ func (l *connLimiter) release(client netip.Prefix) {
 func (l *connLimiter) conns(addr netip.Addr) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.clients[clientOf(addr)]
+	return l.clients[clientkey.Of(addr)]
 }
 
 // limitedConn is an admitted connection; its first Close uncounts it.
@@ -291,6 +293,10 @@ type limitedConn struct {
 	client netip.Prefix
 	closed atomic.Bool
 }
+
+// NetConn is the connection under the limiter's wrapper (as tls.Conn's),
+// where the engine finds the socket to look whether its client left.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"registryd/internal/clientkey"
 	"registryd/internal/testclock"
 )
 
@@ -149,7 +150,7 @@ func TestConnLimitPerClient(t *testing.T) {
 
 	// A client whose last connection closes leaves no trace.
 	other.Close()
-	if _, ok := l.clients[clientOf(netip.MustParseAddr("127.0.0.2"))]; ok {
+	if _, ok := l.clients[clientkey.Of(netip.MustParseAddr("127.0.0.2"))]; ok {
 		t.Fatal("a client without connections is still in the map")
 	}
 }
@@ -204,15 +205,15 @@ func TestClientAddr(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := clientAddr(tc.addr)
+			got := clientkey.Addr(tc.addr)
 			if tc.want == "" {
 				if got.IsValid() {
-					t.Fatalf("clientAddr = %v, want none", got)
+					t.Fatalf("clientkey.Addr = %v, want none", got)
 				}
 				return
 			}
 			if got != netip.MustParseAddr(tc.want) {
-				t.Fatalf("clientAddr = %v, want %s", got, tc.want)
+				t.Fatalf("clientkey.Addr = %v, want %s", got, tc.want)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/store"
 	"registryd/store/blob"
@@ -21,7 +22,7 @@ import (
 // writer and retention). It is the part of the proxy meant to become
 // package proxy/cache (issue 21).
 type engine struct {
-	opts    Options // with their defaults
+	opts    engineOptions // with their defaults
 	st      *store.Store
 	blobs   *blob.Store
 	up      Fetcher
@@ -94,9 +95,32 @@ type engine struct {
 	retentionDone chan struct{}
 }
 
-// newEngine builds the engine of New's Deps, d's Logger and Now set, with
-// the options o (their defaults filled in). It starts nothing.
-func newEngine(d Deps, o Options) (*engine, error) {
+// Fetcher is what the proxy needs of the upstream client.
+type Fetcher interface {
+	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+	// Revalidate is Get with the wait for headers bounded by
+	// upstreams.check_timeout.
+	Revalidate(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+	// GetChecksum fetches relPath's .sha1, for the require checksum policy.
+	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
+}
+
+// engineDeps are the engine's collaborators: New's Deps but the
+// listener's (auth, the gateway secret, the access log).
+type engineDeps struct {
+	Options    engineOptions // with their defaults
+	Store      *store.Store
+	Blobs      *blob.Store
+	Upstream   Fetcher
+	Logger     *slog.Logger // set
+	Registerer prometheus.Registerer
+	Now        func() time.Time // set
+	Health     *upstream.Health // nil: the engine's own (NewHealth)
+}
+
+// newEngine builds the engine of d. It starts nothing.
+func newEngine(d engineDeps) (*engine, error) {
+	o := d.Options
 	u := o.Upstreams
 	s := &engine{
 		opts: o, st: d.Store, blobs: d.Blobs, up: d.Upstream, log: d.Logger,
@@ -151,7 +175,7 @@ func (s *engine) newCaches() error {
 
 // register makes the parts of the engine that bring metrics of their own,
 // registered on d.Registerer.
-func (s *engine) register(d Deps) error {
+func (s *engine) register(d engineDeps) error {
 	o := s.opts
 	var err error
 	if s.rules, err = newRuleSets(d.Registerer, o.Memory.Verdicts); err != nil {

@@ -98,7 +98,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 
 // resolve asks the engine for path as the listener does for an anonymous
 // caller who may read the registry.
-func (e *engineEnv) resolve(path string) (*exchange, answer, error) {
+func (e *engineEnv) resolve(path string) (*request, answer, error) {
 	e.t.Helper()
 	gen := e.st.CacheGeneration()
 	reg, err := e.s.registry(e.reg, gen)
@@ -109,7 +109,7 @@ func (e *engineEnv) resolve(path string) (*exchange, answer, error) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	x := &exchange{reg: reg, path: p}
+	x := &request{reg: reg, path: p}
 	a, err := e.s.resolveDownload(x, gen)
 	return x, a, err
 }
@@ -185,10 +185,10 @@ func TestEngineResolve(t *testing.T) {
 		up    int    // the upstream (0 A, 1 B) whose file answers; -1 none
 		calls [2]int // the GETs of path each upstream received, in all
 		// check looks further at the answer, read.
-		check func(t *testing.T, e *engineEnv, x *exchange, a answer, err error)
+		check func(t *testing.T, e *engineEnv, x *request, a answer, err error)
 	}{{
 		name: "miss", setup: onA, path: jarPath, kind: "flight", res: resMiss, up: 0, calls: [2]int{1, 0},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if got := e.read(a); string(got) != string(jar) {
 				t.Fatalf("the flight streams %d bytes, want the file's %d", len(got), len(jar))
 			}
@@ -199,7 +199,7 @@ func TestEngineResolve(t *testing.T) {
 	}, {
 		name: "hit", path: jarPath, kind: "entry", res: resHit, up: 0, calls: [2]int{1, 0},
 		setup: func(e *engineEnv) { onA(e); e.fetch(jarPath) },
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if got := e.read(a); string(got) != string(jar) {
 				t.Fatal("the stored entry is not the file")
 			}
@@ -207,7 +207,7 @@ func TestEngineResolve(t *testing.T) {
 	}, {
 		name: "revalidate", path: jarPath, kind: "entry", res: resRevalidated, up: 0, calls: [2]int{2, 0},
 		setup: func(e *engineEnv) { onA(e); e.fetch(jarPath); e.clock.Advance(2 * time.Hour) },
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if inm := e.ups[0].lastIfNoneMatch(jarPath); inm != `"v1"` {
 				t.Fatalf("revalidated with If-None-Match %q", inm)
 			}
@@ -224,7 +224,7 @@ func TestEngineResolve(t *testing.T) {
 				e.t.Fatalf("first ask: %v, want every upstream absent", err)
 			}
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if !isMissAbsent(err) {
 				t.Fatalf("%v, want every upstream remembered absent", err)
 			}
@@ -236,7 +236,7 @@ func TestEngineResolve(t *testing.T) {
 			e.ups[1].set(jarPath, fakeFile{body: jar})
 			e.rule(0, "deny", "group_id", "wildcard", "org.example*")
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if len(x.denied) != 1 || x.denied[0].upstream != e.ids[0] || !isDenied(x.denied[0].err) {
 				t.Fatalf("denied %+v, want upstream A refused by its rule", x.denied)
 			}
@@ -249,7 +249,7 @@ func TestEngineResolve(t *testing.T) {
 			e.rule(0, "deny", "group_id", "wildcard", "org.example*")
 			e.rule(1, "allow", "group_id", "wildcard", "com.*")
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			var me *missError
 			if !errors.As(err, &me) || !me.denied() || len(me.failures) != 2 {
 				t.Fatalf("%v, want both upstreams refused", err)
@@ -261,7 +261,7 @@ func TestEngineResolve(t *testing.T) {
 			e.ups[0].set(libMeta, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
 			e.ups[1].set(libMeta, fakeFile{body: metaXML("20250101000000", "2.0", "2.0", "2.0")})
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			m := parsed(t, e.read(a))
 			if got := strings.Join(m.Versioning.Versions, ","); got != "1.0,2.0" || m.Versioning.Latest != "2.0" {
 				t.Fatalf("merged versions %s, latest %s", got, m.Versioning.Latest)

@@ -19,11 +19,6 @@ import (
 	"registryd/store"
 )
 
-// errBlobGone means the index points at a blob file that is not there
-// (removed by hand, restored from a partial backup): serving reports it
-// back to resolution (blobGone), which fetches the file again.
-var errBlobGone = errors.New("blob file missing")
-
 // Header names in fasthttp's canonical form, set without re-normalising.
 var (
 	hdrETag         = []byte("Etag")
@@ -43,8 +38,6 @@ var (
 	hdrRange        = "Range"
 	hdrIfRange      = "If-Range"
 )
-
-const dispositionStart = "attachment; filename=\""
 
 // hardenDownload sets the headers GitLab gives every file it serves from a
 // virtual registry (EXTRA_RESPONSE_HEADERS of its endpoint concern): no

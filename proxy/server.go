@@ -47,16 +47,6 @@ import (
 	"registryd/upstream"
 )
 
-// Fetcher is what the proxy needs of the upstream client.
-type Fetcher interface {
-	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
-	// Revalidate is Get with the wait for headers bounded by
-	// upstreams.check_timeout.
-	Revalidate(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
-	// GetChecksum fetches relPath's .sha1, for the require checksum policy.
-	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
-}
-
 // Deps are the proxy listener's collaborators.
 type Deps struct {
 	// Options are the proxy's settings; zero fields take their defaults.
@@ -86,6 +76,8 @@ type Deps struct {
 // resolves through its engine and serves what the engine answers.
 type Server struct {
 	*engine
+	opts     Options // with their defaults
+	log      *slog.Logger
 	auth     *auth.Service
 	secret   []byte
 	idPrefix string
@@ -113,7 +105,10 @@ func New(d Deps) (*Server, error) {
 		return nil, errors.New("proxy: a gateway secret is required")
 	}
 	o := d.Options.withDefaults()
-	eng, err := newEngine(d, o)
+	eng, err := newEngine(engineDeps{
+		Options: o.engine(), Store: d.Store, Blobs: d.Blobs, Upstream: d.Upstream, Logger: d.Logger,
+		Registerer: d.Registerer, Now: d.Now, Health: d.Health,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +116,7 @@ func New(d Deps) (*Server, error) {
 	if _, err := rand.Read(pfx[:]); err != nil {
 		return nil, err
 	}
-	s := &Server{engine: eng, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-"}
+	s := &Server{engine: eng, opts: o, log: d.Logger, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-"}
 	l := o.Listener
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: l.ReadTimeout}
 	s.srv = &fasthttp.Server{
