@@ -10,7 +10,7 @@ import (
 )
 
 // clientPoll is how often a request waiting for a fill's answer looks
-// whether its client is still there (Server.clientPoll; shorter in tests).
+// whether its client is still there (Hooks.ClientPoll: shorter in tests).
 const clientPoll = 250 * time.Millisecond
 
 // errClientGone ends a request whose client closed its connection while it
@@ -42,7 +42,7 @@ func (s *engine) awaitReady(conn net.Conn, f *flight) bool {
 		<-f.ready
 		return true
 	}
-	t := time.NewTicker(s.clientPoll)
+	t := time.NewTicker(s.clientPollEvery())
 	defer t.Stop()
 	for {
 		select {

@@ -496,9 +496,7 @@ type composedCache struct {
 	bad *simplelru.LRU[string, badDoc]
 	// building are the compositions in progress.
 	building map[pendingKey]*pendingCompose
-	// onFollow, when set (by tests), runs when a request starts to wait for
-	// a composition in progress.
-	onFollow func()
+	hooks    *Hooks // OnComposeFollow (a test hook)
 }
 
 // pendingKey is a composition in progress: the answer, and the documents
@@ -522,8 +520,8 @@ func (c *composedCache) pending(k pendingKey) (p *pendingCompose, lead bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, ok := c.building[k]; ok {
-		if c.onFollow != nil {
-			c.onFollow()
+		if c.hooks.OnComposeFollow != nil {
+			c.hooks.OnComposeFollow()
 		}
 		return p, false
 	}

@@ -10,6 +10,44 @@ type engineOptions struct {
 	Metadata  MetadataOptions
 	Audit     AuditOptions
 	Memory    MemoryOptions
+	Hooks     *Hooks
+}
+
+// Hooks are test hooks: points of the engine a test watches or holds,
+// and timings a test shortens. A test keeps the pointer it passed in
+// Options.Hooks and may set a field while no request uses it; nil (and
+// every zero field) is production's behaviour.
+type Hooks struct {
+	// OnJoin runs whenever a request joins a flight.
+	OnJoin func()
+	// OnComplete runs in a fill once its body is complete on disk, before
+	// the blob is hashed, fsynced and published.
+	OnComplete func()
+	// OnRest is told each rest of the collector and the evictor before it
+	// starts.
+	OnRest func(time.Duration)
+	// StallNow is asked each time an uncached fill starts to wait for its
+	// readers (passthrough.go); true takes the stall path at once, as if
+	// SpillStall had passed, so a test cuts the laggards at the moment it
+	// chooses rather than after a time that a loaded machine may stretch.
+	StallNow func(*flight) bool
+	// SpillStall is how long an uncached fill waits for its readers.
+	// Default 10s.
+	SpillStall time.Duration
+	// ClientPoll is how often a request waiting for a fill looks whether
+	// its client left (clientgone.go). Default 250ms.
+	ClientPoll time.Duration
+	// OnMergeWait runs when a merge starts to wait for room under
+	// metadata.max_merging_bytes; OnMergeAcquire when one takes room, with
+	// the bytes then in use.
+	OnMergeWait    func()
+	OnMergeAcquire func(used int64)
+	// OnComposeFollow runs when a request starts to wait for a
+	// composition in progress.
+	OnComposeFollow func()
+	// OnStoreTake runs after each take of a pending store slot with its
+	// outcome (pendingstores.go).
+	OnStoreTake func(ok bool)
 }
 
 // CacheOptions tune the artifact cache (the cache section).

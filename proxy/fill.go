@@ -306,8 +306,8 @@ func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *b
 		f.decide(flightStreaming, nil)
 	}
 	if w == nil {
-		if s.onComplete != nil {
-			s.onComplete()
+		if s.hooks.OnComplete != nil {
+			s.hooks.OnComplete()
 		}
 		f.finish(f.uncachedEntry(d), errNotCached)
 		return
@@ -335,8 +335,8 @@ func (s *engine) storeBody(f *flight, w *blob.Writer, d blob.Digests, hash bool,
 	if err == nil {
 		err = unsynced
 	}
-	if s.onComplete != nil {
-		s.onComplete()
+	if s.hooks.OnComplete != nil {
+		s.hooks.OnComplete()
 	}
 	var entry store.CacheEntry
 	if err == nil {
@@ -524,8 +524,8 @@ func (s *engine) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 	f.mem, f.written, f.complete = body, f.size, true
 	f.setDigests(d)
 	f.decide(flightStreaming, nil)
-	if s.onComplete != nil {
-		s.onComplete()
+	if s.hooks.OnComplete != nil {
+		s.hooks.OnComplete()
 	}
 
 	release, storing := s.stores.take(turnedAwayFill, f)

@@ -33,10 +33,7 @@ type mergeGate struct {
 	waited  prometheus.Counter
 	refused prometheus.Counter
 
-	// Set by tests: onWait runs when a merge starts to wait, onAcquire
-	// when one takes room (with the bytes then in use).
-	onWait    func()
-	onAcquire func(used int64)
+	hooks *Hooks // OnMergeWait, OnMergeAcquire (test hooks)
 }
 
 // mergeRetryAfter is the Retry-After of a merge refused for want of room,
@@ -98,8 +95,8 @@ func (g *mergeGate) acquire(weight int64) (release func(), err error) {
 			if timer != nil {
 				timer.Stop()
 			}
-			if g.onAcquire != nil {
-				g.onAcquire(used)
+			if g.hooks.OnMergeAcquire != nil {
+				g.hooks.OnMergeAcquire(used)
 			}
 			var once sync.Once
 			return func() { once.Do(func() { g.release(weight) }) }, nil
@@ -113,8 +110,8 @@ func (g *mergeGate) acquire(weight int64) (release func(), err error) {
 			}
 			g.waited.Inc()
 			timer = time.NewTimer(g.wait)
-			if g.onWait != nil {
-				g.onWait()
+			if g.hooks.OnMergeWait != nil {
+				g.hooks.OnMergeWait()
 			}
 		}
 		select {

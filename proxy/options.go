@@ -15,6 +15,8 @@ type Options struct {
 	Metadata  MetadataOptions
 	Audit     AuditOptions
 	Memory    MemoryOptions
+	// Hooks are the engine's test hooks; nil in production.
+	Hooks *Hooks
 }
 
 // ListenerOptions bound the fasthttp listener (the proxy section).
@@ -62,11 +64,12 @@ func (o Options) withDefaults() Options {
 	l.MaxConnsPerClient = orOff(l.MaxConnsPerClient, 256)
 	l.MaxUploadBytes = orDefault(l.MaxUploadBytes, 5<<30)
 	e := o.engine().withDefaults()
-	o.Cache, o.Upstreams, o.Metadata, o.Audit, o.Memory = e.Cache, e.Upstreams, e.Metadata, e.Audit, e.Memory
+	o.Cache, o.Upstreams, o.Metadata, o.Audit, o.Memory, o.Hooks = e.Cache, e.Upstreams, e.Metadata, e.Audit, e.Memory, e.Hooks
 	return o
 }
 
 // engine is o's sections for the engine.
 func (o Options) engine() engineOptions {
-	return engineOptions{Cache: o.Cache, Upstreams: o.Upstreams, Metadata: o.Metadata, Audit: o.Audit, Memory: o.Memory}
+	return engineOptions{Cache: o.Cache, Upstreams: o.Upstreams, Metadata: o.Metadata, Audit: o.Audit, Memory: o.Memory,
+		Hooks: o.Hooks}
 }

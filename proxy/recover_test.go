@@ -23,9 +23,9 @@ func TestPanicIsA500(t *testing.T) {
 	first := make(chan resp, 1)
 	go func() { first <- e.get(jarPath) }()
 	<-up.midBody
-	e.srv.onJoin = func() { panic("boom: an internal detail") }
+	e.hooks.OnJoin = func() { panic("boom: an internal detail") }
 	second := e.getNow(jarPath)
-	e.srv.onJoin = nil
+	e.hooks.OnJoin = nil
 	up.releaseHeld()
 	if r := <-first; r.status != 200 || string(r.body) != string(body) {
 		t.Fatalf("the fill's own request: %d, %d bytes", r.status, len(r.body))

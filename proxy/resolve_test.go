@@ -34,6 +34,7 @@ import (
 type engineEnv struct {
 	t     *testing.T
 	s     *Server
+	hooks *Hooks // the engine's test hooks
 	st    *store.Store
 	clock *testclock.Clock
 	reg   int64
@@ -61,8 +62,10 @@ func newEngineEnv(t *testing.T) *engineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hooks := &Hooks{}
 	s, err := New(Deps{
-		Store: st, Blobs: blobs, Auth: auth.New(st, auth.Options{Now: clock.Now}),
+		Options: Options{Hooks: hooks},
+		Store:   st, Blobs: blobs, Auth: auth.New(st, auth.Options{Now: clock.Now}),
 		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
 			ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}),
 		Registerer: prometheus.NewRegistry(), GatewaySecret: []byte("gateway-secret-for-tests-0123456789"),
@@ -71,7 +74,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &engineEnv{t: t, s: s, st: st, clock: clock, reg: r.ID}
+	e := &engineEnv{t: t, s: s, hooks: hooks, st: st, clock: clock, reg: r.ID}
 	for i := range e.ups {
 		e.ups[i] = newFakeUpstream(t)
 		u, err := st.CreateUpstream(r.ID, store.NewUpstream{URL: e.ups[i].URL, Name: "up" + strconv.Itoa(i),
@@ -305,7 +308,7 @@ func TestEngineResolveJoin(t *testing.T) {
 	jar := jarBytes(jarPath, 32<<10)
 	joined := make(chan struct{})
 	var once sync.Once
-	e.s.onJoin = func() { once.Do(func() { close(joined) }) }
+	e.hooks.OnJoin = func() { once.Do(func() { close(joined) }) }
 	e.ups[0].set(jarPath, fakeFile{custom: func(w http.ResponseWriter, r *http.Request) {
 		select { // answer once the second resolution joined
 		case <-joined:
