@@ -221,3 +221,13 @@ func (s *engine) clientPollEvery() time.Duration {
 	}
 	return clientPoll
 }
+
+// stopFills ends the engine's flights: no new one starts, the running
+// fills are cancelled, and it returns once they ended.
+func (s *engine) stopFills() {
+	s.flightsMu.Lock()
+	s.closing = true
+	s.flightsMu.Unlock()
+	s.fillStop()
+	s.fills.Wait()
+}

@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/auth"
 	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/maven"
@@ -24,16 +23,16 @@ import (
 	"registryd/upstream"
 )
 
-// The engine's resolution, driven without any HTTP server: a Server that
-// never listens, over a real store on a temp dir and two fake upstreams
-// (httptest), asked as the listener asks it (resolveDownload), its answer
-// read as data.
+// The engine's resolution, driven without any HTTP server: the engine
+// alone (newEngine: no listener, no auth), over a real store on a temp dir
+// and two fake upstreams (httptest), asked as the listener asks it
+// (resolveDownload), its answer read as data.
 
 // engineEnv is a resolution engine with a registry of two upstreams, A
 // and B, in that order; every file is fresh for an hour.
 type engineEnv struct {
 	t     *testing.T
-	s     *Server
+	s     *engine
 	hooks *Hooks // the engine's test hooks
 	st    *store.Store
 	clock *testclock.Clock
@@ -63,13 +62,12 @@ func newEngineEnv(t *testing.T) *engineEnv {
 		t.Fatal(err)
 	}
 	hooks := &Hooks{}
-	s, err := New(Deps{
-		Options: Options{Hooks: hooks},
-		Store:   st, Blobs: blobs, Auth: auth.New(st, auth.Options{Now: clock.Now}),
+	s, err := newEngine(engineDeps{
+		Options: engineOptions{Hooks: hooks}.withDefaults(),
+		Store:   st, Blobs: blobs,
 		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
 			ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}),
-		Registerer: prometheus.NewRegistry(), GatewaySecret: []byte("gateway-secret-for-tests-0123456789"),
-		Now: clock.Now,
+		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(), Now: clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -85,11 +83,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 		e.ids[i] = u.ID
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
+		s.stopFills()
 		if err := s.StopCounting(); err != nil {
 			t.Errorf("StopCounting: %v", err)
 		}

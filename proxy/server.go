@@ -11,15 +11,25 @@
 // the Server keeps for strings that show it.
 //
 // The Server is the listener over its engine (engine.go), which reads no
-// request. A download reads top-down: download parses and authenticates,
-// then serveDownload resolves (resolveDownload: an answer, as data: a stored
-// entry, a flight to stream, a composed document, or a typed miss error),
-// the flight's fill runs on its own (fill.go), and serve renders the
-// answer. Resolution reads nothing of the request but the caller and its
-// connection (exchange); a flight's outcome is read in one place (settle);
-// a blob found missing while serving is reported back (blobGone) and
-// resolved again, so serving never asks an upstream. This is the seam
-// along which the engine is to move to proxy/cache (issue 21).
+// HTTP request. A download reads top-down: download parses and
+// authenticates, then serveDownload resolves (resolveDownload: an answer,
+// as data: a stored entry, a flight to stream, a composed document, or a
+// typed miss error), the flight's fill runs on its own (fill.go), and serve
+// renders the answer. Resolution reads nothing of the request but the
+// caller and its connection (request, the engine's part of the listener's
+// exchange); a flight's outcome is read in one place (settle); a blob found
+// missing while serving is reported back (blobGone) and resolved again, so
+// serving never asks an upstream. The engine's failures are typed
+// (failures.go) and become answers in one place (errors.go, toAPI).
+//
+// The listener's files are server.go, download.go, serve.go, remote.go,
+// upload.go, gateway.go, errors.go, problem.go, accesslog.go, connlimit.go
+// and options.go; every other file is the engine's, with its own Options
+// sections (engineoptions.go: the cache, upstreams, metadata, audit and
+// memory bounds, and the test Hooks) and collaborators (engineDeps). The
+// engine's files build without the listener's and import neither fasthttp
+// nor config (cmd/registryd's TestEngineSeam): the seam along which they
+// are to move to package proxy/cache (issue 21).
 package proxy
 
 import (
@@ -255,11 +265,7 @@ func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.liste
 // them, so nothing writes to the store after Shutdown returns.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
-	s.flightsMu.Lock()
-	s.closing = true
-	s.flightsMu.Unlock()
-	s.fillStop()
-	s.fills.Wait()
+	s.stopFills()
 	s.alog.close()
 	return err
 }
