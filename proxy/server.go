@@ -23,8 +23,9 @@
 // (failures.go) and become answers in one place (errors.go, toAPI).
 //
 // The listener's files are server.go, download.go, serve.go, remote.go,
-// upload.go, gateway.go, errors.go, problem.go, accesslog.go, connlimit.go
-// and options.go; every other file is the engine's, with its own Options
+// upload.go, gateway.go, errors.go, problem.go, accesslog.go and
+// options.go (the connection limits are internal/connlimit's, plumbing
+// the listener wraps its net.Listener with); every other file is the engine's, with its own Options
 // sections (engineoptions.go: the cache, upstreams, metadata, audit and
 // memory bounds, and the test Hooks) and collaborators (engineDeps). The
 // engine's files build without the listener's and import neither fasthttp
@@ -51,6 +52,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
+	"registryd/internal/connlimit"
 	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/store/blob"
@@ -92,8 +94,8 @@ type Server struct {
 	secret   []byte
 	idPrefix string
 	srv      *fasthttp.Server
-	conns    *connLimiter // wraps every listener Serve is given
-	alog     *accessLog   // nil when off
+	conns    *connlimit.Limiter // wraps every listener Serve is given
+	alog     *accessLog         // nil when off
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -158,8 +160,9 @@ func New(d Deps) (*Server, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
-	s.conns = newConnLimiter(l.MaxConnsPerClient, l.Concurrency, d.Logger)
-	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
+	s.conns = connlimit.New(l.MaxConnsPerClient, l.Concurrency, d.Logger)
+	rejected := func() uint64 { return uint64(s.srv.GetRejectedConnectionsCount()) }
+	if err := connlimit.Register(d.Registerer, s.conns, rejected); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if d.AccessLog != nil {
@@ -258,7 +261,7 @@ func asciiLower(s string) string {
 
 // Serve serves on ln until Shutdown. Connections over a client's
 // proxy.max_conns_per_client are refused as they are accepted.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.listener(ln)) }
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.Listener(ln)) }
 
 // Shutdown stops accepting, waits for in-flight requests until ctx ends, then
 // cancels the fills still running (their clients are gone) and waits for

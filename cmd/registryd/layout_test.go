@@ -92,7 +92,7 @@ func TestLayout(t *testing.T) {
 // listener: parse, authenticate, render. Every other file of the package
 // is the cache engine, which is to move to proxy/cache (issue 21).
 var listenerFiles = []string{
-	"accesslog.go", "connlimit.go", "download.go", "errors.go", "gateway.go", "options.go", "problem.go",
+	"accesslog.go", "download.go", "errors.go", "gateway.go", "options.go", "problem.go",
 	"remote.go", "serve.go", "server.go", "upload.go",
 }
 
