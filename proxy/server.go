@@ -25,7 +25,8 @@
 // The listener's files are server.go, download.go, serve.go, remote.go,
 // upload.go, gateway.go, errors.go, problem.go, accesslog.go and
 // options.go (the connection limits are internal/connlimit's, plumbing
-// the listener wraps its net.Listener with); every other file is the engine's, with its own Options
+// the listener wraps its net.Listener with, and the access log's encoder
+// and writer internal/accesslog's); every other file is the engine's, with its own Options
 // sections (engineoptions.go: the cache, upstreams, metadata, audit and
 // memory bounds, and the test Hooks) and collaborators (engineDeps). The
 // engine's files build without the listener's and import neither fasthttp
@@ -52,6 +53,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
+	"registryd/internal/accesslog"
 	"registryd/internal/connlimit"
 	"registryd/internal/redact"
 	"registryd/store"
@@ -95,7 +97,7 @@ type Server struct {
 	idPrefix string
 	srv      *fasthttp.Server
 	conns    *connlimit.Limiter // wraps every listener Serve is given
-	alog     *accessLog         // nil when off
+	alog     *accesslog.Log     // nil when off
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -166,7 +168,7 @@ func New(d Deps) (*Server, error) {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if d.AccessLog != nil {
-		if s.alog, err = newAccessLog(d.AccessLog, l.AccessLogJSON, d.Registerer, d.Logger); err != nil {
+		if s.alog, err = accesslog.New(d.AccessLog, l.AccessLogJSON, d.Registerer, d.Logger); err != nil {
 			return nil, fmt.Errorf("proxy access log: %w", err)
 		}
 	}
@@ -269,7 +271,7 @@ func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.Liste
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
 	s.stopFills()
-	s.alog.close()
+	s.alog.Close()
 	return err
 }
 
