@@ -17,9 +17,12 @@ run: build
 	./$(BIN) serve
 
 # gofmt check + go vet + the race-enabled test suite, printed as go test
-# prints it, then every skipped test with its message (internal/testsummary).
+# prints it, then every skipped test with its message (internal/testsummary);
+# then the bench's quick mode, a smoke test of every scenario (about two
+# minutes; it fails when a scenario errors, its figures are not asserted).
 test: fmt-check vet
 	GO=$(GO) $(GO) run ./internal/testsummary -race -timeout 20m ./...
+	$(GO) run ./bench -quick
 
 # The cluster suite (docs/scale-out.md): the store suite against PostgreSQL
 # and the three-node tests, with a PostgreSQL and a MinIO the tests start on

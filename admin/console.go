@@ -104,19 +104,8 @@ var consoleFuncs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"size": func(n int64) string {
-		const unit = 1024
-		if n < unit {
-			return fmt.Sprintf("%d B", n)
-		}
-		div, exp := int64(unit), 0
-		for m := n / unit; m >= unit; m /= unit {
-			div *= unit
-			exp++
-		}
-		return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-	},
-	"add": func(a, b int) int { return a + b },
+	"size": sizeOf,
+	"add":  func(a, b int) int { return a + b },
 	"deref": func(v *string) string {
 		if v == nil {
 			return ""

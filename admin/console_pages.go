@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"registryd/store"
 )
 
 // signInPage shows the token form. Its CSRF token is a random value that
@@ -235,12 +237,27 @@ func (c *console) registryPage(w http.ResponseWriter, r *http.Request, sess *con
 	if _, err := c.get(r, sess, "/api/v4/groups/"+strconv.FormatInt(reg.GroupID, 10), &g); err != nil {
 		return c.fail(w, r, sess, err)
 	}
+	of := []store.TrafficOf{{Kind: store.TrafficRegistry, ID: reg.ID}}
+	for _, u := range ups {
+		of = append(of, store.TrafficOf{Kind: store.TrafficUpstream, ID: u.ID})
+	}
+	tr, from, steps, err := c.traffic(r, of...)
+	if err != nil {
+		return err
+	}
+	id := strconv.FormatInt(reg.ID, 10)
+	upLines := make(map[int64]trafficSummary, len(ups))
+	for i, u := range ups {
+		upLines[u.ID] = upstreamLine(tr, steps[i+1])
+	}
 	c.render(w, http.StatusOK, "registry", sess, "Registry "+reg.Name, struct {
 		Group     cGroup
 		Registry  cRegistry
 		Upstreams []cUpstream
 		Last      int
-	}{g, reg, ups, len(ups)})
+		Traffic   consoleTraffic
+		UpTraffic map[int64]trafficSummary
+	}{g, reg, ups, len(ups), trafficBlock("reg"+id, consolePrefix+"registries/"+id, "registry "+reg.Name, false, tr, from, steps[0]), upLines})
 	return nil
 }
 
@@ -290,6 +307,10 @@ func (c *console) cacheEntriesPage(w http.ResponseWriter, r *http.Request, sess 
 	if _, err := c.get(r, sess, vrAPI+"/upstreams/"+id+"/rules", &rules); err != nil {
 		return c.fail(w, r, sess, err)
 	}
+	tr, from, steps, err := c.traffic(r, store.TrafficOf{Kind: store.TrafficUpstream, ID: up.ID})
+	if err != nil {
+		return err
+	}
 	c.render(w, http.StatusOK, "cache_entries", sess, "Cache of "+up.Name, struct {
 		Group    cGroup
 		Upstream cUpstream
@@ -297,7 +318,9 @@ func (c *console) cacheEntriesPage(w http.ResponseWriter, r *http.Request, sess 
 		Entries  []cEntry
 		Search   string
 		Pager    pager
-	}{g, up, rules, entries, search, pagerOf(a, consolePrefix+"upstreams/"+id+"/cache_entries", back)})
+		Traffic  consoleTraffic
+	}{g, up, rules, entries, search, pagerOf(a, consolePrefix+"upstreams/"+id+"/cache_entries", back),
+		trafficBlock("up"+id, consolePrefix+"upstreams/"+id+"/cache_entries", "upstream "+up.Name, true, tr, from, steps[0])})
 	return nil
 }
 

@@ -122,7 +122,7 @@ func (b *bench) cluster() error {
 		}
 		rt, bt = append(rt, r.Total.Seconds()), append(bt, d.Total.Seconds())
 	}
-	b.add(figure{Scenario: "k", Name: "cross-node miss, 64 MB, from the bucket", Unit: "s", Better: "lower",
+	b.add(figure{Scenario: "k", Name: "cross-node miss, " + bigName() + ", from the bucket", Unit: "s", Better: "lower",
 		Registryd: median(rt), Baseline: median(bt), Against: "direct from origin", Samples: rt, BSamples: bt,
 		Note: "first request on node B for a file filled through node A"})
 	return nil

@@ -7,6 +7,7 @@
 //
 //	go run ./bench [-rounds 3] [-duration 5s] [-only a,b,c] [-out bench/out/latest.json]
 //	go run ./bench -only soak [-soak-duration 10m]   # issue 20's soak, not part of the default run
+//	go run ./bench -quick   # every scenario once, short and small: a smoke test (make test runs it)
 //
 // It installs nothing: without nginx the baseline is a Go static server and
 // the proxy_cache comparisons are skipped; without wrk the load comes from a
@@ -37,6 +38,7 @@ type options struct {
 	scaleN   int
 	purgeN   int
 	pprof    string
+	quick    bool
 	soak     soakOptions
 }
 
@@ -51,8 +53,12 @@ func main() {
 	flag.IntVar(&o.scaleN, "scale-entries", 1_000_000, "cache entries for the scale scenario")
 	flag.IntVar(&o.purgeN, "purge-entries", 100_000, "cache entries (each with its own blob) purged in the purge scenario")
 	flag.StringVar(&o.pprof, "pprof", "", "serve registryd's pprof on this address (for profiling a scenario)")
+	flag.BoolVar(&o.quick, "quick", false, "smoke test: one round of 1s runs, 8 MB large artifact, 20k scale and 5k purge entries (flags given explicitly win); figures mean little")
 	o.soak.flags()
 	flag.Parse()
+	if o.quick {
+		quick(&o)
+	}
 	if only != "" {
 		o.only = map[string]bool{}
 		for _, s := range strings.Split(only, ",") {
@@ -63,6 +69,31 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// quick shrinks every scenario to a smoke test of itself, leaving alone
+// what the command line set explicitly. It exists so that `make test`
+// catches a broken bench (a scenario that errors is a failed run) in about
+// a minute; its figures are not measurements.
+func quick(o *options) {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["rounds"] {
+		o.rounds = 1
+	}
+	if !set["duration"] {
+		o.duration = time.Second
+	}
+	if !set["scale-entries"] {
+		o.scaleN = 20_000
+	}
+	if !set["purge-entries"] {
+		o.purgeN = 5_000
+	}
+	if !set["out"] {
+		o.out = "bench/out/quick.json"
+	}
+	bigSize = 8 << 20
 }
 
 // figure is one comparison. Ratio is registryd / baseline (of the medians,

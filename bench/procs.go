@@ -140,6 +140,9 @@ func (d *daemon) stop() {
 
 func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
+// pids is the daemon's one process, for alternateCPU.
+func (d *daemon) pids() []int { return []int{d.pid()} }
+
 // api calls the admin API as root and decodes the JSON answer into out.
 func (d *daemon) api(method, path string, body any, out any) error {
 	var rd io.Reader
@@ -344,6 +347,41 @@ func startOrigin(dir, work string, useNginx bool) (*origin, error) {
 	o.URL = "http://" + ln.Addr().String()
 	o.Kind = "go"
 	return o, nil
+}
+
+// pids returns what lists nginx's processes (the master and its workers),
+// for alternateCPU; nil for the Go static server, which runs inside the
+// bench and shares its CPU time with the load client.
+func (o *origin) pids() func() []int {
+	if o.nginx == nil {
+		return nil
+	}
+	master := o.nginx.Process.Pid
+	return func() []int { return append([]int{master}, childrenOf(master)...) }
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range dirs {
+		child, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (in parentheses, which may hold
+		// spaces): state, then the parent's pid.
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 func waitHTTP(url string) error {

@@ -105,6 +105,8 @@ type Proxy struct {
 	// (created 0640); "" writes it where the daemon's log goes (stderr).
 	// Ignored while AccessLog is false. Default "".
 	AccessLogPath string `yaml:"access_log_path"`
+	// TLS serves the download listener over TLS (config/tls.go).
+	TLS TLS `yaml:"tls"`
 }
 
 // Admin is the management listener (net/http).
@@ -127,6 +129,12 @@ type Admin struct {
 	// ConsoleSessionTTL is how long a web console sign-in lasts; then the
 	// console asks for the token again. Default 8h.
 	ConsoleSessionTTL time.Duration `yaml:"console_session_ttl"`
+	// TLS serves the admin listener over TLS (config/tls.go).
+	TLS TLS `yaml:"tls"`
+	// TrafficHistoryInterval is how often this node records its traffic
+	// counts (per registry and upstream) in the index for the web
+	// console's charts. Default 1m; from 1s to 1h.
+	TrafficHistoryInterval time.Duration `yaml:"traffic_history_interval"`
 }
 
 // External is how clients reach registryd.
@@ -437,6 +445,7 @@ func Default() Config {
 			MaxConnsPerClient: 256,
 			MaxUploadBytes:    5 * GiB,
 			AccessLog:         true,
+			TLS:               TLS{ReloadInterval: 10 * time.Second},
 		},
 		Admin: Admin{
 			Listen:         "127.0.0.1:8081",
@@ -448,6 +457,9 @@ func Default() Config {
 			// A working day: long enough not to interrupt, short enough that
 			// a forgotten browser does not stay signed in overnight.
 			ConsoleSessionTTL: 8 * time.Hour,
+			TLS:               TLS{ReloadInterval: 10 * time.Second},
+			// The charts' finest step is a minute.
+			TrafficHistoryInterval: time.Minute,
 		},
 		Upstreams: Upstreams{
 			ConnectTimeout: 10 * time.Second,
@@ -525,7 +537,7 @@ func Load(path string, environ []string) (Config, error) {
 		all = append(all, p...)
 	}
 	if cfg.External.URL == "" {
-		cfg.External.URL = ExternalURLFor(cfg.Admin.Listen)
+		cfg.External.URL = cfg.DefaultExternalURL(cfg.Admin.Listen)
 	}
 	if err := cfg.Validate(); errors.As(err, &p) {
 		for _, problem := range p {
@@ -727,6 +739,9 @@ func (c Config) Validate() error {
 	if c.Metadata.MergeWait < 0 {
 		add("metadata.merge_wait must not be negative (0 refuses at once), got %s", c.Metadata.MergeWait)
 	}
+	if d := c.Admin.TrafficHistoryInterval; d < time.Second || d > time.Hour {
+		add("admin.traffic_history_interval (REGISTRYD_ADMIN_TRAFFIC_HISTORY_INTERVAL) must be from 1s to 1h, got %s", d)
+	}
 	if c.Cleanup.CheckInterval < time.Second {
 		add("cleanup.check_interval (REGISTRYD_CLEANUP_CHECK_INTERVAL) must be at least 1s, got %s", c.Cleanup.CheckInterval)
 	}
@@ -789,6 +804,8 @@ func (c Config) Validate() error {
 		add("log.format (REGISTRYD_LOG_FORMAT): %q must be text or json", c.Log.Format)
 	}
 	c.validateCluster(add)
+	c.Proxy.TLS.validate("proxy", add)
+	c.Admin.TLS.validate("admin", add)
 	if c.Proxy.AccessLogPath != "" {
 		// A path with access_log false is allowed: switching the log off
 		// from the environment must not require editing the file.
@@ -891,6 +908,16 @@ func ExternalURLFor(listen string) string {
 		host = "localhost"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+// DefaultExternalURL is external.url's default for the admin listener
+// bound at listen: ExternalURLFor, https:// when admin.tls is on.
+func (c Config) DefaultExternalURL(listen string) string {
+	u := ExternalURLFor(listen)
+	if u != "" && c.Admin.TLS.Enabled() {
+		u = "https://" + strings.TrimPrefix(u, "http://")
+	}
+	return u
 }
 
 // Path joins elem under the data directory.

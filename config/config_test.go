@@ -599,6 +599,20 @@ func TestGroupCommitAndPendingStores(t *testing.T) {
 		"cache.max_pending_stores must be at least 1")
 }
 
+func TestTrafficHistoryInterval(t *testing.T) {
+	if got := Default().Admin.TrafficHistoryInterval; got != time.Minute {
+		t.Fatalf("default admin.traffic_history_interval = %s, want 1m", got)
+	}
+	cfg, err := Load("", []string{"REGISTRYD_ADMIN_TRAFFIC_HISTORY_INTERVAL=2s"})
+	if err != nil || cfg.Admin.TrafficHistoryInterval != 2*time.Second {
+		t.Fatalf("from the environment: %s, %v", cfg.Admin.TrafficHistoryInterval, err)
+	}
+	for _, d := range []time.Duration{0, 500 * time.Millisecond, 2 * time.Hour} {
+		cfg.Admin.TrafficHistoryInterval = d
+		wantProblems(t, cfg.Validate(), "admin.traffic_history_interval (REGISTRYD_ADMIN_TRAFFIC_HISTORY_INTERVAL) must be from 1s to 1h, got "+d.String())
+	}
+}
+
 func TestConsoleSessionTTL(t *testing.T) {
 	if got := Default().Admin.ConsoleSessionTTL; got != 8*time.Hour {
 		t.Fatalf("default admin.console_session_ttl = %s, want 8h", got)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -173,7 +174,10 @@ func (b *tab) signIn(token string) {
 // main pages are written as PNG screenshots (consoleArtifacts).
 func TestConsoleBrowser(t *testing.T) {
 	exe := chromiumPath(t)
-	d := Start(t, map[string]string{"REGISTRYD_UPSTREAMS_BACKOFF": "1s", "REGISTRYD_UPSTREAMS_MAX_BACKOFF": "2s"})
+	// The traffic history is recorded every second, so the charts show
+	// the downloads below without waiting a minute.
+	d := Start(t, map[string]string{"REGISTRYD_UPSTREAMS_BACKOFF": "1s", "REGISTRYD_UPSTREAMS_MAX_BACKOFF": "2s",
+		"REGISTRYD_ADMIN_TRAFFIC_HISTORY_INTERVAL": "1s"})
 	f := d.Fix(t)
 	group := f.Group("acme", 0, "private")
 	reg := f.Registry(group, "main")
@@ -291,6 +295,44 @@ func TestConsoleBrowser(t *testing.T) {
 	if txt := b.text(); strings.Contains(txt, "✖ unhealthy") {
 		t.Fatalf("flaky still unhealthy on the page:\n%s", txt)
 	}
+
+	// The traffic charts: once a sample recorded the downloads above, the
+	// registry page counts them, draws them, and has their numbers in a
+	// table a keyboard opens.
+	// The jars again: hits now, served from the cache.
+	for _, p := range jars {
+		d.pxGet(t, reg, p, "PRIVATE-TOKEN", rootToken).Expect(t, 200)
+	}
+	requests := regexp.MustCompile(`Last 24 hours: ([0-9]+) requests?, hit ratio ([0-9.]+)%, [^,]+ served, ([0-9.]+ [KM]iB) of it from the cache`)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		b.open("/-/console/registries/" + itoa(reg))
+		if m := requests.FindStringSubmatch(b.text()); m != nil && m[1] != "0" && m[2] != "0.0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registry page shows no requests:\n%s", b.text())
+		}
+	}
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.traffic svg.chart[role=img] polyline').length`)); err != nil || n < 3 {
+		t.Fatalf("%d lines drawn in the traffic charts (%v)", n, err)
+	}
+	if open, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('section.traffic details').open`)); err != nil || open {
+		t.Fatalf("the numbers' table is open before it is asked for (%v)", err)
+	}
+	b.do(chromedp.Focus(chromedp.CSS(`section.traffic summary`)), chromedp.KeyEvent("\r"))
+	txt = b.wantText("traffic numbers", "The numbers of the charts", "Bytes served", "Upstream traffic saved", "UTC")
+	if open, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('section.traffic details').open`)); err != nil || !open {
+		t.Fatalf("Enter on the summary did not open the numbers' table (%v)", err)
+	}
+	b.shot("registry-traffic")
+	// Each upstream: its line on the registry page and its charts on its own page.
+	b.wantText("upstream traffic", "Last 24 hours (all its registries):")
+	b.open("/-/console/upstreams/" + itoa(centralID) + "/cache_entries?range=1h")
+	b.wantText("central's traffic", "Traffic of upstream central", "Last hour, through all registries of the upstream:", "Requests sent to the upstream")
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.traffic svg.chart').length`)); err != nil || n != 3 {
+		t.Fatalf("%d charts on central's page (%v)", n, err)
+	}
+	b.open("/-/console/registries/" + itoa(reg))
 
 	// Move mirror to the top with its button; the API shows the new order.
 	if st := b.submit(`button[aria-label="Move mirror up"]`); st != http.StatusOK {

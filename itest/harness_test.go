@@ -74,6 +74,35 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// plainBinary is registryd built without the race detector, for tests that
+// start it a hundred times (a race-enabled start costs about a second of
+// CPU): the suite's own binary when the suite runs without -race.
+func plainBinary(t testing.TB) string {
+	t.Helper()
+	if !raceEnabled {
+		return binary
+	}
+	plainOnce.Do(func() {
+		bin := binary + "-norace"
+		build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X main.revision="+gitRevision, "../cmd/registryd")
+		if out, err := build.CombinedOutput(); err != nil {
+			plainErr = fmt.Errorf("building registryd without -race: %v\n%s", err, out)
+			return
+		}
+		plain = bin
+	})
+	if plainErr != nil {
+		t.Fatal(plainErr)
+	}
+	return plain
+}
+
+var (
+	plainOnce sync.Once
+	plain     string
+	plainErr  error
+)
+
 // rootToken is the root token every test daemon starts with.
 const rootToken = "rdpat-itest-root-token-0123456789"
 
@@ -86,9 +115,13 @@ type Daemon struct {
 	Proxy   string // http://127.0.0.1:port
 	cmd     *exec.Cmd
 	wrap    []string // a command that runs the binary (StartWrapped)
+	bin     string   // the registryd binary run
 	logs    *syncBuffer
 	exited  chan struct{}
 	exitErr error
+	// client sends Do's requests; nil: http.DefaultClient (a daemon whose
+	// admin listener serves TLS sets one that trusts its CA).
+	client *http.Client
 }
 
 type syncBuffer struct {
@@ -119,7 +152,13 @@ func Start(t testing.TB, env map[string]string) *Daemon {
 // then the binary and "serve" as its last arguments.
 func StartWrapped(t testing.TB, env map[string]string, wrap ...string) *Daemon {
 	t.Helper()
-	d := &Daemon{t: t, DataDir: t.TempDir(), wrap: wrap, Env: map[string]string{
+	return startIn(t, t.TempDir(), env, wrap, binary)
+}
+
+// startIn starts the binary bin (binary, or plainBinary's).
+func startIn(t testing.TB, dir string, env map[string]string, wrap []string, bin string) *Daemon {
+	t.Helper()
+	d := &Daemon{t: t, DataDir: dir, wrap: wrap, bin: bin, Env: map[string]string{
 		"REGISTRYD_PROXY_LISTEN":                  "127.0.0.1:0",
 		"REGISTRYD_ADMIN_LISTEN":                  "127.0.0.1:0",
 		"REGISTRYD_ROOT_TOKEN":                    rootToken,
@@ -144,7 +183,7 @@ func StartWrapped(t testing.TB, env map[string]string, wrap ...string) *Daemon {
 
 func (d *Daemon) start() {
 	d.t.Helper()
-	args := append(append([]string{}, d.wrap...), binary, "serve")
+	args := append(append([]string{}, d.wrap...), d.bin, "serve")
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REGISTRYD_DATA_DIR=" + d.DataDir}
 	for k, v := range d.Env {
@@ -277,7 +316,7 @@ func (r *Resp) ID(t testing.TB) int64 {
 // content type) or any value (JSON-encoded). token "" sends no credentials.
 func (d *Daemon) Do(method, path, token string, body any, hdr ...string) *Resp {
 	d.t.Helper()
-	return doRequest(d.t, method, d.adminURL(path), body, append(tokenHeader(token), hdr...)...)
+	return doRequestWith(d.t, d.client, method, d.adminURL(path), body, append(tokenHeader(token), hdr...)...)
 }
 
 func (d *Daemon) adminURL(path string) string {
@@ -297,6 +336,15 @@ func tokenHeader(token string) []string {
 // doRequest sends one request; hdr is a flat list of header names and values.
 func doRequest(t testing.TB, method, url string, body any, hdr ...string) *Resp {
 	t.Helper()
+	return doRequestWith(t, nil, method, url, body, hdr...)
+}
+
+// doRequestWith is doRequest with client (nil: http.DefaultClient).
+func doRequestWith(t testing.TB, client *http.Client, method, url string, body any, hdr ...string) *Resp {
+	t.Helper()
+	if client == nil {
+		client = http.DefaultClient
+	}
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -322,7 +370,7 @@ func doRequest(t testing.TB, method, url string, body any, hdr ...string) *Resp 
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	secretsInRequest(body, req.Header)
-	res, err := http.DefaultClient.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

@@ -724,6 +724,9 @@ var mavenSettings = template.Must(template.New("settings").Parse(`<?xml version=
 // (none for the static upstream).
 type mavenRepoAccess struct {
 	URL, Username, Password string
+	// JavaOpts, when set, are the client JVM's options (MAVEN_OPTS): the
+	// trust store of a registryd with a private CA.
+	JavaOpts string
 }
 
 // mavenBuild builds a fresh copy of the Maven test project with
@@ -760,7 +763,11 @@ func runMaven(t *testing.T, project string, repo mavenRepoAccess, local, goal st
 	if err := os.WriteFile(globalSettings, []byte("<settings/>\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runClientErr(project, clientEnv(work), "mvn", "-B", "-C", "-Dstyle.color=never",
+	env := clientEnv(work)
+	if repo.JavaOpts != "" {
+		env = append(env, "MAVEN_OPTS="+repo.JavaOpts)
+	}
+	return runClientErr(project, env, "mvn", "-B", "-C", "-Dstyle.color=never",
 		"-s", userSettings, "-gs", globalSettings, "-Dmaven.repo.local="+local, goal)
 }
 

@@ -132,7 +132,7 @@ func (m *metrics) newRequestMetrics() {
 	const ns = "registryd"
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "proxy", Name: "requests_total",
-		Help: "Proxy listener requests by route (download, upload, other) and status code.",
+		Help: "Proxy listener requests by route (download, upload, other; readiness and liveness for the probes) and status code.",
 	}, []string{"route", "code"})
 	m.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "cache", Name: "lookups_total",

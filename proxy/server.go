@@ -22,9 +22,9 @@
 // serving never asks an upstream. The engine's failures are typed
 // (failures.go) and become answers in one place (errors.go, toAPI).
 //
-// The listener's files are server.go, download.go, serve.go, remote.go,
-// upload.go, gateway.go, errors.go, problem.go, accesslog.go and
-// options.go (the connection limits are internal/connlimit's, plumbing
+// The listener's files are server.go, servetls.go, probes.go,
+// download.go, serve.go, remote.go, upload.go, gateway.go, errors.go,
+// problem.go, accesslog.go and options.go (the connection limits are internal/connlimit's, plumbing
 // the listener wraps its net.Listener with, and the access log's encoder
 // and writer internal/accesslog's); every other file is the engine's, with its own Options
 // sections (engineoptions.go: the cache, upstreams, metadata, audit and
@@ -84,6 +84,9 @@ type Deps struct {
 	// JSON as Options.Listener.AccessLogJSON says); nil turns it off
 	// (proxy.access_log false).
 	AccessLog io.Writer
+	// Ready says whether registryd is ready for traffic, for /-/readiness
+	// (probes.go): nil when it is, else why not. Default: always ready.
+	Ready func() error
 }
 
 // Server is the proxy listener (fasthttp): it parses, authenticates,
@@ -98,6 +101,7 @@ type Server struct {
 	srv      *fasthttp.Server
 	conns    *connlimit.Limiter // wraps every listener Serve is given
 	alog     *accesslog.Log     // nil when off
+	ready    func() error       // nil: always ready (probes.go)
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -130,7 +134,8 @@ func New(d Deps) (*Server, error) {
 	if _, err := rand.Read(pfx[:]); err != nil {
 		return nil, err
 	}
-	s := &Server{engine: eng, opts: o, log: d.Logger, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-"}
+	s := &Server{engine: eng, opts: o, log: d.Logger, auth: d.Auth, secret: d.GatewaySecret,
+		idPrefix: hex.EncodeToString(pfx[:]) + "-", ready: d.Ready}
 	l := o.Listener
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: l.ReadTimeout}
 	s.srv = &fasthttp.Server{
@@ -281,6 +286,9 @@ var downloadPrefix = []byte("/api/v4/virtual_registries/packages/maven/")
 var uploadSuffix = []byte("/upload")
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if s.probe(ctx) {
+		return
+	}
 	x := exchange{ctx: ctx}
 	if s.alog != nil {
 		// fasthttp read the clock when it took the request; a bare

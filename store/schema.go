@@ -102,6 +102,11 @@ var (
 	// transactions that add and remove their keys:
 	// bucket name + 0 + shard -> count (int64).
 	bktCounts = []byte("counts")
+
+	// Traffic history (traffic.go): what each node counted per interval,
+	// and per hour; kept TrafficPointsKept and TrafficHoursKept.
+	bktTrafficPoints = []byte("traffic_points") // end of the interval ms + node -> counts of each series
+	bktTrafficHours  = []byte("traffic_hours")  // start of the hour ms + node -> counts of each series
 )
 
 var allBuckets = [][]byte{
@@ -120,6 +125,7 @@ var allBuckets = [][]byte{
 	bktCleanupPolicies,
 	bktCacheByUse,
 	bktCounts,
+	bktTrafficPoints, bktTrafficHours,
 }
 
 // appendMostly are the buckets whose keys mostly grow (ids, times, a
@@ -129,6 +135,7 @@ var appendMostly = [][]byte{
 	bktDependencies, bktDepsByPM, // a list's chunks and runs, in position order
 	bktEvents,                                // event ids
 	bktAudit, bktAuditByTime, bktAuditByType, // audit ids, then creation times
+	bktTrafficPoints, bktTrafficHours, // times
 }
 
 // AppendMostly names the buckets whose keys mostly arrive in ascending

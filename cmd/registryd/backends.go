@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -62,16 +63,26 @@ func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (kv.DB
 // DIR/registry.db, creating dir when needed; another process holding it
 // fails with errLocked.
 func openBolt(dir string) (kv.DB, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := blob.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	path := filepath.Join(dir, "registry.db")
+	_, statErr := os.Stat(path)
 	db, err := boltkv.Open(path, boltkv.Options{Timeout: boltLockTimeout, AppendMostly: store.AppendMostly()})
 	if errors.Is(err, boltkv.ErrLocked) {
 		return nil, fmt.Errorf("store: %s: %w", path, errLocked)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
+	}
+	// bbolt fsyncs the file it creates, not the directory entry naming it:
+	// without this, a power cut after the first admin writes could leave a
+	// data directory without its index (found by TestCrashPoints).
+	if errors.Is(statErr, fs.ErrNotExist) {
+		if err := blob.SyncDir(dir); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("store: fsync %s: %w", dir, err)
+		}
 	}
 	return db, nil
 }

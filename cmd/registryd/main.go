@@ -31,8 +31,10 @@ import (
 	"registryd/auth"
 	"registryd/cleanup"
 	"registryd/config"
+	"registryd/internal/history"
 	"registryd/proxy"
 	"registryd/store"
+	"registryd/store/blob"
 	"registryd/upstream"
 )
 
@@ -215,11 +217,11 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}()
 	// external.url derived from an admin.listen with port 0 (tests) names
 	// the port the kernel chose, so that links in answers work.
-	if cfg.External.URL == config.ExternalURLFor(cfg.Admin.Listen) && strings.HasSuffix(cfg.Admin.Listen, ":0") {
-		cfg.External.URL = config.ExternalURLFor(lns.admin.Addr().String())
+	if cfg.External.URL == cfg.DefaultExternalURL(cfg.Admin.Listen) && strings.HasSuffix(cfg.Admin.Listen, ":0") {
+		cfg.External.URL = cfg.DefaultExternalURL(lns.admin.Addr().String())
 	}
 
-	if err := os.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
+	if err := blob.MkdirAll(cfg.Data.Dir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	if cfg.Clustered() {
@@ -266,6 +268,10 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := registerIndexMetrics(reg, st, engine); err != nil {
+		return err
+	}
+	certs, err := loadTLS(cfg, log, reg)
+	if err != nil {
 		return err
 	}
 	authSvc := auth.New(st, authOptions(cfg))
@@ -347,10 +353,15 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		return err
 	}
 	proxySrv, err = proxy.New(proxy.Deps{Options: proxyOpts, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
-		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW})
+		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW, Ready: ready})
 	if err != nil {
 		return err
 	}
+	// The console's traffic charts: this node's counts, read from the
+	// proxy's metrics, recorded in the index every interval.
+	histOpts := historyOptions(cfg)
+	histOpts.Gatherer, histOpts.Store, histOpts.Logger = reg, st, log
+	sampler := history.New(histOpts)
 	httpSrv := &http.Server{
 		Handler:           adminSrv,
 		ReadTimeout:       cfg.Admin.ReadTimeout,
@@ -363,18 +374,26 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 
 	errc := make(chan error, 3)
 	serving = true
-	go func() { errc <- proxySrv.Serve(lns.proxy) }()
-	go func() { errc <- httpSrv.Serve(lns.admin) }()
+	if tc := certs.proxyConfig(); tc != nil {
+		go func() { errc <- proxySrv.ServeTLS(lns.proxy, tc) }()
+	} else {
+		go func() { errc <- proxySrv.Serve(lns.proxy) }()
+	}
+	go func() { errc <- httpSrv.Serve(certs.adminListener(lns.admin)) }()
+	// Until serve returns: a certificate may be replaced while draining too.
+	stopReload := certs.reload(cfg)
+	defer stopReload()
 	if lns.pprof != nil {
 		go func() { errc <- servePprof(lns.pprof) }()
 	}
 	proxySrv.Start()
 	cleaner.Start()
 	importer.Start()
+	sampler.Start()
 	listening.Store(true)
 	log.Info("registryd started", "version", version, "proxy", lns.proxy.Addr().String(),
 		"admin", lns.admin.Addr().String(), "data_dir", cfg.Data.Dir, "access_log", accessName,
-		"external_url", cfg.External.URL)
+		"external_url", cfg.External.URL, "tls", certs.names())
 
 	var runErr error
 	select {
@@ -423,6 +442,9 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		log.Error("flushing download counts", "err", err)
 	}
 	proxySrv.StopCollector()
+	// The listeners count no more: the last interval's counts are
+	// recorded before the store closes.
+	sampler.Stop()
 	log.Info("registryd stopped")
 	return runErr
 }

@@ -9,6 +9,7 @@ import (
 	"registryd/auth"
 	"registryd/cleanup"
 	"registryd/config"
+	"registryd/internal/history"
 	"registryd/proxy"
 	"registryd/upstream"
 )
@@ -66,6 +67,12 @@ func advisoriesOptions(cfg config.Config) advisories.Options {
 		BatchSize:       a.BatchSize,
 		TempDir:         cfg.Path("tmp"),
 	}
+}
+
+// historyOptions are the traffic history sampler's; run sets what it
+// records from (the metrics registry) and into (the store).
+func historyOptions(cfg config.Config) history.Options {
+	return history.Options{Interval: cfg.Admin.TrafficHistoryInterval}
 }
 
 func adminOptions(cfg config.Config) admin.Options {

@@ -49,6 +49,7 @@ func TestOptionsSetEveryField(t *testing.T) {
 		{"cleanup", cleanupOptions(cfg), []string{"Store", "Now", "Logger", "Registerer", "BeforeRun", "Rest"}},
 		{"advisories", advisoriesOptions(cfg), []string{"Store", "Sources", "Client", "Logger", "Registerer"}},
 		{"admin", adminOptions(cfg), nil},
+		{"history", historyOptions(cfg), []string{"Gatherer", "Store", "Node", "Now", "Logger"}},
 		// Memory (the count bounds of the engine's caches in memory) and
 		// Hooks (test hooks) are no configuration: their defaults apply.
 		{"proxy", proxyOptions(cfg), []string{"Listener.AccessLogJSON", "Cache.MaxBytes", "Cache.MinFreeFraction",

@@ -84,9 +84,43 @@ const (
 	mIndexBytes   = "registryd_index_bytes"
 	mIndexFree    = "registryd_index_free_bytes"
 	mIndexPending = "registryd_index_pending_free_bytes"
+	// mCacheMemory prefixes the gauges of the engine's caches in memory
+	// (entries, capacity, held_bytes, budget_bytes; label cache).
+	mCacheMemory = "registryd_cache_memory_"
 )
 
-// scrape reads the unlabelled samples of /metrics.
+// cutLast is strings.Cut at the last sep (a label value may hold spaces).
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
+
+// cacheFill is how full each of the engine's caches in memory is, from
+// 0 to 1: the larger of its entries over its capacity and, where a byte
+// budget bounds it, its bytes over the budget (registryd_cache_memory_*).
+func cacheFill(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for key, v := range m {
+		rest, ok := strings.CutPrefix(key, mCacheMemory+"entries{cache=\"")
+		if !ok {
+			continue
+		}
+		name := strings.TrimSuffix(rest, "\"}")
+		label := "{cache=\"" + name + "\"}"
+		if c := m[mCacheMemory+"capacity"+label]; c > 0 {
+			out[name] = v / c
+		}
+		if b := m[mCacheMemory+"budget_bytes"+label]; b > 0 {
+			out[name] = max(out[name], m[mCacheMemory+"held_bytes"+label]/b)
+		}
+	}
+	return out
+}
+
+// scrape reads the unlabelled samples of /metrics, and the labelled ones
+// of the engine's caches in memory.
 func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -105,10 +139,15 @@ func scrape(ctx context.Context, c *http.Client, url string) (map[string]float64
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
+		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, val, ok := strings.Cut(line, " ")
+		// Labelled samples are kept only for the engine's caches in
+		// memory, by their whole name and labels.
+		if strings.ContainsRune(line, '{') && !strings.HasPrefix(line, mCacheMemory) {
+			continue
+		}
+		name, val, ok := cutLast(line, " ")
 		if !ok {
 			continue
 		}
@@ -164,14 +203,16 @@ type sample struct {
 	// Index, IndexFree, IndexPending: the index file, its free pages and
 	// those a read transaction still pins (registryd_index_*).
 	Index, IndexFree, IndexPending float64
-	Pending                        float64
-	Backlog                        float64 // -1 when the daemon has no such gauge
-	Goroutines                     float64
-	Entries                        float64
-	BlobBytes                      float64
-	Budget                         float64
-	Destroyed                      float64
-	Fetched                        float64
-	InFlight                       float64
-	Evictions                      float64
+	// Caches: each cache in memory's fill, 0 to 1 (cacheFill).
+	Caches     map[string]float64
+	Pending    float64
+	Backlog    float64 // -1 when the daemon has no such gauge
+	Goroutines float64
+	Entries    float64
+	BlobBytes  float64
+	Budget     float64
+	Destroyed  float64
+	Fetched    float64
+	InFlight   float64
+	Evictions  float64
 }

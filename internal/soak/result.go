@@ -107,18 +107,20 @@ type Window struct {
 	IndexEnd        float64 `json:"index_end_mb"`
 	IndexFreeEnd    float64 `json:"index_free_end_mb"`
 	IndexPendingMax float64 `json:"index_pending_max_mb"`
-	RSSMax          float64 `json:"rss_max_mb"`
-	PendingMax      float64 `json:"pending_max"`
-	PendingEnd      float64 `json:"pending_end"`
-	BacklogMax      float64 `json:"backlog_max"` // -1: not exposed
-	BacklogEnd      float64 `json:"backlog_end"`
-	GoroutinesMax   float64 `json:"goroutines_max"`
-	GoroutinesEnd   float64 `json:"goroutines_end"`
-	BlobMax         float64 `json:"blob_max_mb"`
-	Budget          float64 `json:"budget_mb"`
-	OverBudget      int     `json:"over_budget_samples"`
-	Destroyed       float64 `json:"destroyed"` // entries the collector destroyed in the window
-	Evictions       float64 `json:"evictions"`
+	// CachesEnd is each cache in memory's fill at the window's end (0-1).
+	CachesEnd     map[string]float64 `json:"caches_fill_end,omitempty"`
+	RSSMax        float64            `json:"rss_max_mb"`
+	PendingMax    float64            `json:"pending_max"`
+	PendingEnd    float64            `json:"pending_end"`
+	BacklogMax    float64            `json:"backlog_max"` // -1: not exposed
+	BacklogEnd    float64            `json:"backlog_end"`
+	GoroutinesMax float64            `json:"goroutines_max"`
+	GoroutinesEnd float64            `json:"goroutines_end"`
+	BlobMax       float64            `json:"blob_max_mb"`
+	Budget        float64            `json:"budget_mb"`
+	OverBudget    int                `json:"over_budget_samples"`
+	Destroyed     float64            `json:"destroyed"` // entries the collector destroyed in the window
+	Evictions     float64            `json:"evictions"`
 }
 
 // Sample is one second's reading of the daemon.
@@ -226,6 +228,7 @@ func (r *run) summarize(i int, loadEnd time.Duration) Window {
 		w.PendingMax, w.PendingEnd = max(w.PendingMax, x.Pending), x.Pending
 		w.BacklogMax, w.BacklogEnd = max(w.BacklogMax, x.Backlog), x.Backlog
 		w.IndexEnd, w.IndexFreeEnd = x.Index/mb, x.IndexFree/mb
+		w.CachesEnd = x.Caches
 		w.IndexPendingMax = max(w.IndexPendingMax, x.IndexPending/mb)
 		w.GoroutinesMax, w.GoroutinesEnd = max(w.GoroutinesMax, x.Goroutines), x.Goroutines
 		w.BlobMax, w.Budget = max(w.BlobMax, x.BlobBytes/mb), x.Budget/mb
@@ -269,6 +272,12 @@ func (w Window) line() string {
 	}
 	if w.IndexEnd > 0 {
 		s += fmt.Sprintf("  index %.1f MB (free %.1f, pinned max %.1f)", w.IndexEnd, w.IndexFreeEnd, w.IndexPendingMax)
+	}
+	if len(w.CachesEnd) > 0 {
+		s += "  caches"
+		for _, name := range slices.Sorted(maps.Keys(w.CachesEnd)) {
+			s += fmt.Sprintf(" %s %.0f%%", name, 100*w.CachesEnd[name])
+		}
 	}
 	if w.Phase == "drain" {
 		s += "  (after the load)"

@@ -435,6 +435,7 @@ func (r *run) sampleNow() sample {
 	s.OK = true
 	s.HeapInuse = m[mHeapInuse]
 	s.Index, s.IndexFree, s.IndexPending = m[mIndexBytes], m[mIndexFree], m[mIndexPending]
+	s.Caches = cacheFill(m)
 	s.Pending, s.Entries, s.BlobBytes, s.Budget = m[mPending], m[mEntries], m[mBlobBytes], m[mBudget]
 	s.Destroyed, s.Fetched, s.InFlight, s.Evictions, s.Goroutines = m[mDestroyed], m[mFetched], m[mInFlight], m[mEvictions], m[mGoroutines]
 	if r.backlog != "" {

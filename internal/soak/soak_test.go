@@ -220,3 +220,19 @@ func TestOverBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheFill(t *testing.T) {
+	m := map[string]float64{
+		`registryd_cache_memory_entries{cache="paths"}`:            50,
+		`registryd_cache_memory_capacity{cache="paths"}`:           200,
+		`registryd_cache_memory_entries{cache="small_blobs"}`:      10,
+		`registryd_cache_memory_capacity{cache="small_blobs"}`:     1000,
+		`registryd_cache_memory_held_bytes{cache="small_blobs"}`:   30,
+		`registryd_cache_memory_budget_bytes{cache="small_blobs"}`: 40,
+		`registryd_cache_entries`:                                  7,
+	}
+	got := cacheFill(m)
+	if len(got) != 2 || got["paths"] != 0.25 || got["small_blobs"] != 0.75 {
+		t.Fatalf("cacheFill = %v", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -62,7 +63,7 @@ func openDisk(dataDir string, faults *Faults) (*Disk, error) {
 		faults.disk = &d.watch
 	}
 	for _, dir := range []string{d.root, d.tmp} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("blobs: %w", err)
 		}
 	}
@@ -143,19 +144,10 @@ func (d *Disk) Put(_ context.Context, tmp, sha string, size int64) (created bool
 	return true, nil
 }
 
-// mkdirs creates ab/ and ab/cd/ for sha, fsyncing each parent whose entry
-// list changed, so the directories survive a crash as the blob does.
+// mkdirs creates ab/ and ab/cd/ for sha, durably (MkdirAll).
 func (d *Disk) mkdirs(sha string) error {
-	for _, dir := range []string{filepath.Join(d.root, sha[0:2]), filepath.Join(d.root, sha[0:2], sha[2:4])} {
-		err := os.Mkdir(dir, 0o750)
-		switch {
-		case err == nil:
-			if err := SyncDir(filepath.Dir(dir)); err != nil {
-				return fmt.Errorf("blobs: fsync directory: %w", err)
-			}
-		case !errors.Is(err, fs.ErrExist):
-			return fmt.Errorf("blobs: %w", err)
-		}
+	if err := MkdirAll(filepath.Join(d.root, sha[0:2], sha[2:4]), 0o750); err != nil {
+		return fmt.Errorf("blobs: %w", err)
 	}
 	return nil
 }
@@ -270,6 +262,36 @@ func (d *Disk) sweep(keep func(sizes map[string]int64) (map[string]bool, error))
 	d.count.Store(out.Blobs)
 	d.bytes.Store(out.Bytes)
 	return out, kept, nil
+}
+
+// MkdirAll is os.MkdirAll that makes each directory it creates durable:
+// its parent is fsynced once the new entry is in it, as after a rename
+// into it. Without that, a power cut may lose a directory (and every blob
+// under it) whose files were fsynced and whose index entries committed.
+func MkdirAll(path string, perm fs.FileMode) error {
+	path = filepath.Clean(path)
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		return &fs.PathError{Op: "mkdir", Path: path, Err: syscall.ENOTDIR}
+	}
+	parent := filepath.Dir(path)
+	if parent != path {
+		if err := MkdirAll(parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(path, perm); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil // made meanwhile by another fill
+		}
+		return err
+	}
+	if err := SyncDir(parent); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", parent, err)
+	}
+	return nil
 }
 
 // SyncDir fsyncs the directory holding path (or path itself, when a
