@@ -532,7 +532,7 @@ func TestKeptAliasesSeesEveryCache(t *testing.T) {
 	s.audit.seen.Add(denialKey{up: 7, rel: plant("audit-seen")}, now)
 	// A denial's event, queued the way a request queues it: its message
 	// quotes the planted value.
-	x := &exchange{ctx: &fasthttp.RequestCtx{}, reg: &registryView{id: 99, group: e.group.ID},
+	x := &request{reg: &registryView{id: 99, group: e.group.ID},
 		path: maven.Path{Rel: "org/example/audit-queued/1.0/x.jar", Kind: maven.Artifact}}
 	s.audit.denied(x, up, maven.Verdict{Target: maven.TargetArtifactID, Value: plant("audit-queued")})
 	s.small.lru.Add(plant("small-blob"), []byte("x"))

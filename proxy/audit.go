@@ -90,7 +90,7 @@ func newAuditQueue(s *engine, o AuditOptions, reg prometheus.Registerer) (*audit
 // denied records upstream u's rules refusing x's file: as an event of its
 // own while the caller's and the registry's budgets allow and the queue
 // has room, else in its aggregate.
-func (q *auditQueue) denied(x *exchange, u *upstreamView, v maven.Verdict) {
+func (q *auditQueue) denied(x *request, u *upstreamView, v maven.Verdict) {
 	now := q.s.now()
 	rel := x.path.EntryRel()
 	k := denialKey{registry: x.reg.id, up: u.id, caller: callerOf(x), rel: rel}

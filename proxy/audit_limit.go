@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"registryd/auth"
+	"registryd/internal/clientkey"
 	"registryd/store"
 )
 
@@ -55,7 +56,7 @@ const (
 )
 
 // auditCaller is who a refusal is charged to: a user (all their tokens
-// together), a deploy token, or an anonymous client (clientOf: an IPv4
+// together), a deploy token, or an anonymous client (clientkey.Of: an IPv4
 // address, an IPv6 /64, which one client controls), as the connection
 // limits count clients.
 type auditCaller struct {
@@ -64,14 +65,14 @@ type auditCaller struct {
 	client netip.Prefix // anonymous callers only
 }
 
-func callerOf(x *exchange) auditCaller {
+func callerOf(x *request) auditCaller {
 	switch x.who.Kind {
 	case auth.PersonalToken:
 		return auditCaller{kind: auth.PersonalToken, id: x.who.User.ID}
 	case auth.DeployToken:
 		return auditCaller{kind: auth.DeployToken, id: x.who.Deploy.ID}
 	}
-	return auditCaller{kind: auth.Anonymous, client: clientOf(clientAddr(x.remote))}
+	return auditCaller{kind: auth.Anonymous, client: clientkey.Of(clientkey.Addr(x.remote))}
 }
 
 // tokenBucket is a budget of perMinute events, refilled continuously and

@@ -261,7 +261,7 @@ func TestAuditCallerOf(t *testing.T) {
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&fasthttp.Request{}, net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr)), nil)
 		// As download does: resolution reads the caller's address, not the request.
-		return callerOf(&exchange{ctx: &ctx, who: who, remote: ctx.RemoteAddr()})
+		return callerOf(&request{who: who, remote: ctx.RemoteAddr()})
 	}
 	alice := auth.Principal{Kind: auth.PersonalToken, User: store.User{ID: 7}}
 	ci := auth.Principal{Kind: auth.DeployToken, Deploy: store.DeployToken{ID: 7}}

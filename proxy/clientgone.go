@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"time"
@@ -9,13 +10,13 @@ import (
 )
 
 // clientPoll is how often a request waiting for a fill's answer looks
-// whether its client is still there (Server.clientPoll; shorter in tests).
+// whether its client is still there (Hooks.ClientPoll: shorter in tests).
 const clientPoll = 250 * time.Millisecond
 
 // errClientGone ends a request whose client closed its connection while it
-// waited for a fill's answer. Nobody reads the answer; the access log and
-// the metrics record it as 499 (nginx's "client closed request").
-var errClientGone = &apiError{status: 499, body: `{"message":"499 Client Closed Request"}`}
+// waited for a fill's answer. Nobody reads the answer; the listener records
+// it as 499 (nginx's "client closed request").
+var errClientGone = errors.New("the client closed its connection")
 
 // awaitReady waits for f's outcome, as <-f.ready does, and reports false
 // when the client of conn went away first. fasthttp tells a handler nothing
@@ -41,7 +42,7 @@ func (s *engine) awaitReady(conn net.Conn, f *flight) bool {
 		<-f.ready
 		return true
 	}
-	t := time.NewTicker(s.clientPoll)
+	t := time.NewTicker(s.clientPollEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -55,13 +56,12 @@ func (s *engine) awaitReady(conn net.Conn, f *flight) bool {
 	}
 }
 
-// rawConn digs the socket out of a client connection (under the per-client
-// limiter's wrapper, or TLS); nil when there is none.
+// rawConn digs the socket out of a client connection (under a wrapper
+// that gives it by NetConn, as the listener's per-client limiter and TLS
+// do); nil when there is none.
 func rawConn(c net.Conn) syscall.RawConn {
 	for c != nil {
 		switch v := c.(type) {
-		case *limitedConn:
-			c = v.Conn
 		case interface{ NetConn() net.Conn }:
 			c = v.NetConn()
 		case syscall.Conn:

@@ -74,7 +74,7 @@ func TestClusterHerdFilledElsewhere(t *testing.T) {
 
 	release := b.Hold(key, "node-b")
 	var joined atomic.Int32
-	e.srv.onJoin = func() { joined.Add(1) }
+	e.hooks.OnJoin = func() { joined.Add(1) }
 	const n = 8
 	results := make([]resp, n)
 	var wg sync.WaitGroup
@@ -91,7 +91,7 @@ func TestClusterHerdFilledElsewhere(t *testing.T) {
 	e.storeAsOtherNode(uid, path, body)
 	release()
 	wg.Wait()
-	e.srv.onJoin = nil
+	e.hooks.OnJoin = nil
 	for i, r := range results {
 		r.expect(t, http.StatusOK)
 		if string(r.body) != string(body) {

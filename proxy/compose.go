@@ -54,7 +54,7 @@ var hdrMerge = []byte("X-Registryd-Merge")
 // Version-level metadata (g/a/1.0-SNAPSHOT/maven-metadata.xml) is not: its
 // timestamps name files on the one upstream that wrote it, so the first
 // upstream that has it answers, as for any file.
-func composedKind(x *exchange) composeKind {
+func composedKind(x *request) composeKind {
 	p := x.path
 	switch {
 	case p.EntryRel() == maven.PrefixesFile:
@@ -98,7 +98,7 @@ func (in *docInput) until(t time.Time) {
 }
 
 // resolveComposed resolves x to a composed document, for serveComposed.
-func (s *engine) resolveComposed(x *exchange, k composeKind, gen uint64) (*composedView, error) {
+func (s *engine) resolveComposed(x *request, k composeKind, gen uint64) (*composedView, error) {
 	rel := x.path.EntryRel()
 	key := entryKey{x.reg.id, rel}
 	now := s.now()
@@ -131,7 +131,7 @@ func (s *engine) resolveComposed(x *exchange, k composeKind, gen uint64) (*compo
 // metadata.partial_ttl), upstreams that failed: the cache generation moves
 // with every fill anywhere, and asking a failing upstream again each time
 // would defeat the point of keeping the partial answer.
-func (s *engine) gather(x *exchange, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
+func (s *engine) gather(x *request, k composeKind, rel string, gen uint64, prev *composedView, now time.Time) []docInput {
 	reg := x.reg
 	ins := make([]docInput, len(reg.ups))
 	var c maven.Coordinates

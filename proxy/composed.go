@@ -22,7 +22,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 
 	"registryd/maven"
 	"registryd/store"
@@ -53,7 +52,24 @@ type composedView struct {
 	// refused, when set, is the answer instead of a document: these inputs
 	// cannot be merged within the limits (kept like a document, so that
 	// asking again does not merge again).
-	refused *apiError
+	refused *mergeRefusedError
+}
+
+// mergeRefusedError is a merged answer refused because its inputs cannot
+// be merged within the limits (a 502).
+type mergeRefusedError struct{ reason string }
+
+func (e *mergeRefusedError) Error() string { return "merge refused: " + e.reason }
+
+// noPrefixesError is a prefix file not composed because an upstream has
+// none or cannot give it (a 404: Maven's prefix filter is then off).
+type noPrefixesError struct {
+	upstream int64
+	reason   string
+}
+
+func (e *noPrefixesError) Error() string {
+	return "no prefix file: upstream " + strconv.FormatInt(e.upstream, 10) + " " + e.reason
 }
 
 type contributor struct {
@@ -136,7 +152,7 @@ func inputsDigest(k composeKind, ins []docInput) [sha256.Size]byte {
 // compose builds the answer out of the inputs; prev, the view kept from
 // before, is reused when its inputs are the same (a new cache generation
 // seldom changes a document).
-func (s *engine) compose(x *exchange, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
+func (s *engine) compose(x *request, k composeKind, ins []docInput, prev *composedView, gen uint64, now time.Time) (*composedView, error) {
 	v := &composedView{gen: gen, inputs: inputsDigest(k, ins), res: resHit}
 	for i := range ins {
 		in := &ins[i]
@@ -182,7 +198,7 @@ func (v *composedView) from(built *composedView) *composedView {
 }
 
 // build merges the inputs into v, within the room for merges.
-func (s *engine) build(x *exchange, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
+func (s *engine) build(x *request, k composeKind, ins []docInput, v *composedView, now time.Time) (*composedView, error) {
 	// The merge weighs the documents it will read: one over
 	// metadata.max_document_bytes is refused unread (docInput.read).
 	var weight int64
@@ -192,8 +208,8 @@ func (s *engine) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 		}
 	}
 	if !s.merging.fits(weight) {
-		v.refused = message(fasthttp.StatusBadGateway, "502 Bad Gateway - the upstreams' documents ("+
-			strconv.FormatInt(weight, 10)+" bytes) are too large to merge (metadata.max_merging_bytes)")
+		v.refused = &mergeRefusedError{reason: "the upstreams' documents (" +
+			strconv.FormatInt(weight, 10) + " bytes) are too large to merge (metadata.max_merging_bytes)"}
 		return s.refusedView(x, v), nil
 	}
 	release, err := s.merging.acquire(weight)
@@ -246,10 +262,10 @@ func (s *engine) build(x *exchange, k composeKind, ins []docInput, v *composedVi
 
 // refusedView completes v, whose inputs cannot be merged within the limits
 // (v.refused), as an answer kept while they stand.
-func (s *engine) refusedView(x *exchange, v *composedView) *composedView {
+func (s *engine) refusedView(x *request, v *composedView) *composedView {
 	v.merge = mergeNone
 	v.merges = s.met.merges.WithLabelValues(idLabel(x.reg.id), mergeNone)
-	s.log.Warn("merged metadata refused", "registry", x.reg.id, "path", x.path.EntryRel(), "reason", v.refused.body)
+	s.log.Warn("merged metadata refused", "registry", x.reg.id, "path", x.path.EntryRel(), "reason", v.refused.reason)
 	return v
 }
 
@@ -265,7 +281,7 @@ func (s *engine) docLimits() maven.MetadataLimits {
 // than the path is that upstream's failure. One document, nothing left out
 // and no upstream failed: its own bytes. A merged answer over the limits
 // is refused (v.refused).
-func (s *engine) mergeMetadata(x *exchange, v *composedView, ins []docInput) error {
+func (s *engine) mergeMetadata(x *request, v *composedView, ins []docInput) error {
 	lim := s.docLimits()
 	docs := make([]*maven.Metadata, len(ins))
 	var c maven.Coordinates
@@ -332,8 +348,7 @@ func (s *engine) mergeMetadata(x *exchange, v *composedView, ins []docInput) err
 		if errors.As(err, &me) {
 			reason = me.Reason()
 		}
-		v.refused = message(fasthttp.StatusBadGateway,
-			"502 Bad Gateway - the merged maven-metadata.xml would be too large: "+reason)
+		v.refused = &mergeRefusedError{reason: "the merged maven-metadata.xml would be too large: " + reason}
 		return nil
 	}
 	v.body = body
@@ -359,8 +374,7 @@ func (s *engine) mergePrefixes(v *composedView, ins []docInput) error {
 			err = s.badInput(in, err)
 		}
 		if err != nil {
-			return &apiError{status: fasthttp.StatusNotFound, body: jsonBody("message",
-				"404 Not Found - no prefix file: upstream "+strconv.FormatInt(in.up.id, 10)+" "+prefixAbsence(err))}
+			return &noPrefixesError{upstream: in.up.id, reason: prefixAbsence(err)}
 		}
 		lists = append(lists, list)
 	}
@@ -437,51 +451,6 @@ func (v *composedView) digest() {
 	}
 }
 
-// serveComposed answers x from v: the document, or one of its digests.
-func (s *Server) serveComposed(x *exchange, v *composedView) error {
-	ctx, p := x.ctx, x.path
-	if v.refused != nil {
-		v.merges.Inc()
-		return v.refused
-	}
-	x.merge, x.up = v.merge, v.up
-	if v.merge == mergePartial {
-		x.miss = &missError{failures: v.failures}
-	}
-	v.merges.Inc()
-	h := &ctx.Response.Header
-	if v.mergeHdr != "" {
-		h.SetCanonical(hdrMerge, s2b(v.mergeHdr))
-	}
-	if p.Kind == maven.Checksum {
-		s.writeDigest(x, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
-		if !ctx.IsHead() {
-			s.countComposed(v)
-		}
-		return nil
-	}
-	h.SetContentType(v.ctype)
-	h.SetCanonical(hdrETag, s2b(v.etag))
-	h.SetCanonical(hdrLastModified, s2b(v.lastMod))
-	h.SetCanonical(hdrDisposition, s2b(v.disposition))
-	h.SetCanonical(hdrChecksumSHA1, s2b(v.sha1))
-	h.SetCanonical(hdrChecksumMD5, s2b(v.md5))
-	hardenDownload(h)
-	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagListMatches(inm, v.etag) {
-		ctx.SetStatusCode(fasthttp.StatusNotModified)
-		return nil
-	}
-	if ctx.IsHead() {
-		h.SetContentLength(len(v.body))
-		return nil
-	}
-	// Immutable once built: fasthttp writes it without a copy.
-	ctx.Response.SetBodyRaw(v.body)
-	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(v.body)))
-	s.countComposed(v)
-	return nil
-}
-
 // countComposed counts a download of every entry that went into v (GETs
 // only, as for any file: not HEAD, not 304).
 func (s *engine) countComposed(v *composedView) {
@@ -527,9 +496,7 @@ type composedCache struct {
 	bad *simplelru.LRU[string, badDoc]
 	// building are the compositions in progress.
 	building map[pendingKey]*pendingCompose
-	// onFollow, when set (by tests), runs when a request starts to wait for
-	// a composition in progress.
-	onFollow func()
+	hooks    *Hooks // OnComposeFollow (a test hook)
 }
 
 // pendingKey is a composition in progress: the answer, and the documents
@@ -553,8 +520,8 @@ func (c *composedCache) pending(k pendingKey) (p *pendingCompose, lead bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, ok := c.building[k]; ok {
-		if c.onFollow != nil {
-			c.onFollow()
+		if c.hooks.OnComposeFollow != nil {
+			c.hooks.OnComposeFollow()
 		}
 		return p, false
 	}

@@ -125,7 +125,7 @@ func TestDiskFullMidBody(t *testing.T) {
 
 	const gets = 4
 	joined := make(chan struct{}, gets+2)
-	e.srv.onJoin = func() { joined <- struct{}{} }
+	e.hooks.OnJoin = func() { joined <- struct{}{} }
 	var wg sync.WaitGroup
 	results := make([]resp, gets+2)
 	paths := []string{jarPath, jarPath, jarPath, jarPath, jarPath + ".sha1", jarPath}
@@ -144,7 +144,7 @@ func TestDiskFullMidBody(t *testing.T) {
 	for range gets + 1 {
 		<-joined
 	}
-	e.srv.onJoin = nil
+	e.hooks.OnJoin = nil
 	up.releaseHeld()
 	wg.Wait()
 	for i := range gets {
@@ -321,7 +321,7 @@ func (e *env) slowClientFlight(up *fakeUpstream, body []byte) (<-chan resp, *htt
 	up.set(jarPath, fakeFile{body: body, fault: faultHold})
 	e.faults.ENOSPCAfter(int64(len(body))/2 + spillChunk)
 	joined := make(chan struct{}, 4)
-	e.srv.onJoin = func() { joined <- struct{}{} }
+	e.hooks.OnJoin = func() { joined <- struct{}{} }
 	fast := make(chan resp, 1)
 	go func() {
 		fast <- e.do(http.MethodGet, "/"+strconv.FormatInt(e.registry, 10)+"/"+jarPath, nil, "Private-Token", rootToken)
@@ -329,7 +329,7 @@ func (e *env) slowClientFlight(up *fakeUpstream, body []byte) (<-chan resp, *htt
 	<-up.midBody
 	slow := e.startHeld(jarPath)
 	<-joined
-	e.srv.onJoin = nil
+	e.hooks.OnJoin = nil
 	if _, err := io.ReadFull(slow.Body, make([]byte, 1000)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -348,8 +348,8 @@ func (e *env) slowClientFlight(up *fakeUpstream, body []byte) (<-chan resp, *htt
 func TestDiskFullSlowClient(t *testing.T) {
 	e := newEnv(t)
 	e.fakeVolume(50 * gib)
-	e.srv.spillStall = time.Hour
-	e.srv.stallNow = fastReaderCaughtUp
+	e.hooks.SpillStall = time.Hour
+	e.hooks.StallNow = fastReaderCaughtUp
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	body := jarBytes(jarPath, 4*spillWindow+777)
@@ -397,7 +397,7 @@ func fastReaderCaughtUp(f *flight) bool {
 func TestDiskFullAllClientsStalled(t *testing.T) {
 	e := newEnv(t)
 	e.fakeVolume(50 * gib)
-	e.srv.spillStall = 20 * time.Millisecond
+	e.hooks.SpillStall = 20 * time.Millisecond
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	body := jarBytes(jarPath, 4*spillWindow)

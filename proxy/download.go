@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -130,28 +129,13 @@ func isBrowser(ua []byte) bool {
 	return false
 }
 
-// exchange is one download on its way through resolution: what the
-// metrics and the access log record of it. Resolution reads no request:
-// only the caller (who, remote: whom a refusal is charged to) and its
-// connection (conn: whether the client is still there while a fill is
-// awaited); ctx is the listener's, for serving.
+// exchange is one request of the listener: ctx and start are the
+// listener's, for serving and for the access log; request is what the
+// engine reads and records of a download.
 type exchange struct {
-	ctx    *fasthttp.RequestCtx
-	start  time.Time
-	who    auth.Principal
-	remote net.Addr      // the client's address; nil for none
-	conn   net.Conn      // the client's connection; nil for none (a merge's, a test's)
-	reg    *registryView // nil until the registry is resolved and readable
-	path   maven.Path
-	res    result
-	up     int64      // the upstream whose file, or stored copy, was served; 0 for none
-	miss   *missError // why no upstream served the file, when none did
-	// denied are the upstreams whose rules refused the file (see screen).
-	denied []upstreamFailure
-	// merge is how a merged document was built ("complete", "partial",
-	// "single"); "" for any other answer. For a partial merge, miss holds
-	// the upstreams that failed.
-	merge string
+	request
+	ctx   *fasthttp.RequestCtx
+	start time.Time
 }
 
 // serveDownload answers x top-down: resolve (from the cache, by starting
@@ -159,7 +143,7 @@ type exchange struct {
 // document), then serve the answer. A blob found missing while serving is
 // reported back (blobGone), and resolution fetches the file again.
 func (s *Server) serveDownload(x *exchange, gen uint64) error {
-	a, err := s.resolveDownload(x, gen)
+	a, err := s.resolveDownload(&x.request, gen)
 	for reports := 1; err == nil; reports++ {
 		if err = s.serve(x, a); !errors.Is(err, errBlobGone) {
 			return err
@@ -167,7 +151,7 @@ func (s *Server) serveDownload(x *exchange, gen uint64) error {
 		if reports >= maxLookups {
 			a.seen = anyGen
 		}
-		a, err = s.blobGone(x, a)
+		a, err = s.blobGone(&x.request, a)
 	}
 	return err
 }

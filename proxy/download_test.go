@@ -696,12 +696,12 @@ func TestJoinBetweenCompleteAndPublished(t *testing.T) {
 	up.set(jarPath, fakeFile{body: body, fault: faultHold})
 	uid := e.upstream(up.URL, nil, nil)
 	completed, proceed := make(chan struct{}), make(chan struct{})
-	e.srv.onComplete = func() {
+	e.hooks.OnComplete = func() {
 		close(completed)
 		<-proceed
 	}
 	joined := make(chan struct{}, 4)
-	e.srv.onJoin = func() { joined <- struct{}{} }
+	e.hooks.OnJoin = func() { joined <- struct{}{} }
 	reg := "/" + strconv.FormatInt(e.registry, 10) + "/"
 
 	res := e.startHeld(jarPath)

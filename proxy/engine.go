@@ -8,6 +8,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"registryd/store"
 	"registryd/store/blob"
@@ -21,7 +22,7 @@ import (
 // writer and retention). It is the part of the proxy meant to become
 // package proxy/cache (issue 21).
 type engine struct {
-	opts    Options // with their defaults
+	opts    engineOptions // with their defaults
 	st      *store.Store
 	blobs   *blob.Store
 	up      Fetcher
@@ -57,33 +58,16 @@ type engine struct {
 	disk      *diskState  // a full data volume: counted and logged (passthrough.go)
 	ev        *evictState // eviction under the disk budget (evict.go)
 	// stores bounds the fills waiting to be stored (pendingstores.go).
-	stores *pendingStores
-	// spillStall is how long an uncached fill waits for its readers
-	// (passthrough.go): spillStall, shorter in tests.
-	spillStall time.Duration
-	// stallNow, set by tests, is asked each time an uncached fill starts
-	// to wait for its readers; true takes the stall path at once, as if
-	// spillStall had passed, so a test cuts the laggards at the moment it
-	// chooses rather than after a time that a loaded machine may stretch.
-	stallNow func(*flight) bool
-	// clientPoll is how often a request waiting for a fill looks whether
-	// its client left (clientgone.go): clientPoll, shorter in tests.
-	clientPoll time.Duration
-	uncached   *uncachedSums // digests of files streamed uncached, for their sidecars
+	stores   *pendingStores
+	uncached *uncachedSums // digests of files streamed uncached, for their sidecars
 	// collectMu serialises collector batches: eviction measures what was
 	// freed once its batch returns, which must include a batch a
 	// concurrent run took.
 	collectMu sync.Mutex
 	flushMu   sync.Mutex // one download-count flush at a time
 
-	// onJoin, when set (by tests), runs whenever a request joins a flight.
-	onJoin func()
-	// onComplete, when set (by tests), runs in a fill once its body is
-	// complete on disk, before the blob is hashed, fsynced and published.
-	onComplete func()
-	// onRest, when set (by tests), is told each rest of the collector and
-	// the evictor before it starts.
-	onRest func(time.Duration)
+	// hooks are the test hooks (Options.Hooks; empty in production).
+	hooks *Hooks
 
 	bgMu          sync.Mutex
 	flusherStop   chan struct{}
@@ -94,9 +78,32 @@ type engine struct {
 	retentionDone chan struct{}
 }
 
-// newEngine builds the engine of New's Deps, d's Logger and Now set, with
-// the options o (their defaults filled in). It starts nothing.
-func newEngine(d Deps, o Options) (*engine, error) {
+// Fetcher is what the proxy needs of the upstream client.
+type Fetcher interface {
+	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+	// Revalidate is Get with the wait for headers bounded by
+	// upstreams.check_timeout.
+	Revalidate(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
+	// GetChecksum fetches relPath's .sha1, for the require checksum policy.
+	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
+}
+
+// engineDeps are the engine's collaborators: New's Deps but the
+// listener's (auth, the gateway secret, the access log).
+type engineDeps struct {
+	Options    engineOptions // with their defaults
+	Store      *store.Store
+	Blobs      *blob.Store
+	Upstream   Fetcher
+	Logger     *slog.Logger // set
+	Registerer prometheus.Registerer
+	Now        func() time.Time // set
+	Health     *upstream.Health // nil: the engine's own (NewHealth)
+}
+
+// newEngine builds the engine of d. It starts nothing.
+func newEngine(d engineDeps) (*engine, error) {
+	o := d.Options
 	u := o.Upstreams
 	s := &engine{
 		opts: o, st: d.Store, blobs: d.Blobs, up: d.Upstream, log: d.Logger,
@@ -106,9 +113,11 @@ func newEngine(d Deps, o Options) (*engine, error) {
 		health:     d.Health,
 		gates:      newGates(u.MaxConcurrentRequests, u.ReservedSmallRequests, u.SmallFileBytes),
 		leaseSlots: newLeaseSlots(o.Cache.MaxLocks),
-		spillStall: spillStall,
-		clientPoll: clientPoll,
+		hooks:      o.Hooks,
 		uncached:   newUncachedSums(d.Store.ForgetEpoch),
+	}
+	if s.hooks == nil {
+		s.hooks = &Hooks{}
 	}
 	s.fillCtx, s.fillStop = context.WithCancel(context.Background())
 	if s.health == nil {
@@ -145,13 +154,14 @@ func (s *engine) newCaches() error {
 	if s.composed, err = newComposedCache(o.Metadata.MemoryBytes, o.Memory.Composed); err != nil {
 		return err
 	}
+	s.composed.hooks = s.hooks
 	s.small, err = newSmallBlobs(o.Cache.MemoryBytes, o.Cache.MemoryMaxFileBytes, o.Memory.SmallBlobs)
 	return err
 }
 
 // register makes the parts of the engine that bring metrics of their own,
 // registered on d.Registerer.
-func (s *engine) register(d Deps) error {
+func (s *engine) register(d engineDeps) error {
 	o := s.opts
 	var err error
 	if s.rules, err = newRuleSets(d.Registerer, o.Memory.Verdicts); err != nil {
@@ -160,6 +170,7 @@ func (s *engine) register(d Deps) error {
 	if s.merging, err = newMergeGate(d.Registerer, o.Metadata.MaxMergingBytes, o.Metadata.MergeWait); err != nil {
 		return fmt.Errorf("proxy metrics: %w", err)
 	}
+	s.merging.hooks = s.hooks
 	if s.audit, err = newAuditQueue(s, o.Audit, d.Registerer); err != nil {
 		return err
 	}
@@ -186,8 +197,37 @@ func (s *engine) register(d Deps) error {
 	if s.stores, err = newPendingStores(o.Cache.MaxPendingStores, d.Registerer, d.Logger); err != nil {
 		return fmt.Errorf("proxy metrics: %w", err)
 	}
+	s.stores.hooks = s.hooks
 	if s.ev, err = newEvictState(d.Registerer, o.Cache.MaxBytes, o.Cache.MinFreeFraction); err != nil {
 		return fmt.Errorf("proxy metrics: %w", err)
 	}
 	return nil
+}
+
+// spillStallFor is how long an uncached fill waits for its readers:
+// spillStall, or the test hooks' SpillStall.
+func (s *engine) spillStallFor() time.Duration {
+	if d := s.hooks.SpillStall; d > 0 {
+		return d
+	}
+	return spillStall
+}
+
+// clientPollEvery is how often a request waiting for a fill looks whether
+// its client left: clientPoll, or the test hooks' ClientPoll.
+func (s *engine) clientPollEvery() time.Duration {
+	if d := s.hooks.ClientPoll; d > 0 {
+		return d
+	}
+	return clientPoll
+}
+
+// stopFills ends the engine's flights: no new one starts, the running
+// fills are cancelled, and it returns once they ended.
+func (s *engine) stopFills() {
+	s.flightsMu.Lock()
+	s.closing = true
+	s.flightsMu.Unlock()
+	s.fillStop()
+	s.fills.Wait()
 }

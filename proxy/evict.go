@@ -235,8 +235,8 @@ func (s *engine) buildUseIndex(stop <-chan struct{}) error {
 // when stop closed meanwhile.
 func (s *engine) rest(stop <-chan struct{}, took time.Duration) bool {
 	d := time.Duration(collectRest * float64(took))
-	if s.onRest != nil {
-		s.onRest(d)
+	if s.hooks.OnRest != nil {
+		s.hooks.OnRest(d)
 	}
 	if d <= 0 {
 		return true

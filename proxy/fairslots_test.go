@@ -125,7 +125,7 @@ func readAnswerHead(r *bufio.Reader) (status string, err error) {
 // slots, and give one up as soon as another large file waits for one.
 func TestSmallFileNotBehindAbandonedDownloads(t *testing.T) {
 	e := newEnv(t) // max_concurrent_requests 20, reserved_small_requests 4
-	e.srv.clientPoll = 5 * time.Millisecond
+	e.hooks.ClientPoll = 5 * time.Millisecond
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	id := strconv.FormatInt(uid, 10)
@@ -236,7 +236,7 @@ func TestSmallFileNotBehindAbandonedDownloads(t *testing.T) {
 // upstream is never asked for it.
 func TestAbandonedQueuedFillDequeued(t *testing.T) {
 	e := newEnv(t, func(o *envOptions) { o.Upstreams.MaxConcurrentRequests = 1 })
-	e.srv.clientPoll = 5 * time.Millisecond
+	e.hooks.ClientPoll = 5 * time.Millisecond
 	up := newFakeUpstream(t)
 	uid := e.upstream(up.URL, nil, nil)
 	id := strconv.FormatInt(uid, 10)

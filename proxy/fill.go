@@ -22,7 +22,7 @@ import (
 // two sendfiles (the last byte waits for the clean end), and makes the first
 // byte wait for the temp file. On a herd of 32 for a 1 KB file that took the
 // answer from about 1 ms after the upstream's to about 3.
-const memBodyMax = sendfileMin
+const memBodyMax = 16 << 10 // the listener sends bodies this large from memory (sendfileMin)
 
 // statusNotModified is an upstream's 304.
 const statusNotModified = 304
@@ -306,8 +306,8 @@ func (s *engine) bodyRead(f *flight, resp *upstream.Response, exp expected, w *b
 		f.decide(flightStreaming, nil)
 	}
 	if w == nil {
-		if s.onComplete != nil {
-			s.onComplete()
+		if s.hooks.OnComplete != nil {
+			s.hooks.OnComplete()
 		}
 		f.finish(f.uncachedEntry(d), errNotCached)
 		return
@@ -335,8 +335,8 @@ func (s *engine) storeBody(f *flight, w *blob.Writer, d blob.Digests, hash bool,
 	if err == nil {
 		err = unsynced
 	}
-	if s.onComplete != nil {
-		s.onComplete()
+	if s.hooks.OnComplete != nil {
+		s.hooks.OnComplete()
 	}
 	var entry store.CacheEntry
 	if err == nil {
@@ -524,8 +524,8 @@ func (s *engine) fillSmall(f *flight, resp *upstream.Response, body []byte, exp 
 	f.mem, f.written, f.complete = body, f.size, true
 	f.setDigests(d)
 	f.decide(flightStreaming, nil)
-	if s.onComplete != nil {
-		s.onComplete()
+	if s.hooks.OnComplete != nil {
+		s.hooks.OnComplete()
 	}
 
 	release, storing := s.stores.take(turnedAwayFill, f)

@@ -143,8 +143,8 @@ func (s *engine) join(up *upstreamView, rel, etag string, reval bool, seen uint6
 		}
 		s.flightsMu.Unlock()
 		s.met.joins.Inc()
-		if s.onJoin != nil {
-			s.onJoin()
+		if s.hooks.OnJoin != nil {
+			s.hooks.OnJoin()
 		}
 		return f, true
 	}

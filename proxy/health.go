@@ -21,7 +21,7 @@ func NewHealth(u UpstreamOptions, log *slog.Logger, now func() time.Time) *upstr
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	u = Options{Upstreams: u}.withDefaults().Upstreams
+	u = engineOptions{Upstreams: u}.withDefaults().Upstreams
 	return upstream.NewHealth(upstream.HealthOptions{
 		InitialBackoff: u.Backoff,
 		MaxBackoff:     u.MaxBackoff,

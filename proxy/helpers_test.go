@@ -64,6 +64,7 @@ type env struct {
 	blobs    *blob.Store
 	faults   *blob.Faults // of blobs, unless they are remote
 	srv      *Server
+	hooks    *Hooks // the engine's test hooks (Options.Hooks)
 	clock    *testclock.Clock
 	reg      *prometheus.Registry
 	base     string // http://127.0.0.1:port/api/v4/virtual_registries/packages/maven
@@ -89,6 +90,9 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 		ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.Hooks == nil {
+		o.Hooks = &Hooks{}
 	}
 	if o.Upstreams.TrialTimeout == 0 {
 		// As main: by the client's connect and header timeouts, a health
@@ -124,7 +128,7 @@ func newEnvStore(t testing.TB, so store.Options, opts ...func(*envOptions)) *env
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	e := &env{t: t, dir: dir, st: st, blobs: blobs, faults: faults, clock: clock, reg: reg, group: g, registry: r.ID,
+	e := &env{t: t, dir: dir, st: st, blobs: blobs, faults: faults, hooks: o.Hooks, clock: clock, reg: reg, group: g, registry: r.ID,
 		secret: []byte("gateway-secret-for-tests-0123456789"),
 		client: &http.Client{Transport: &http.Transport{DisableCompression: true}}}
 	// As main does: the access log goes to proxy.access_log_path when a
@@ -244,8 +248,8 @@ func (e *env) getNow(path string, hdr ...string) resp {
 func (e *env) herd(up *fakeUpstream, path string, n int) []resp {
 	e.t.Helper()
 	joined := make(chan struct{}, n)
-	e.srv.onJoin = func() { joined <- struct{}{} }
-	defer func() { e.srv.onJoin = nil }()
+	e.hooks.OnJoin = func() { joined <- struct{}{} }
+	defer func() { e.hooks.OnJoin = nil }()
 	results := make([]resp, n)
 	var wg sync.WaitGroup
 	wg.Add(n)

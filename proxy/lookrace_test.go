@@ -40,8 +40,8 @@ func TestLookupRaceFetchesOnce(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
 	ctx.Request.SetRequestURI("/api/v4/virtual_registries/packages/maven/" + strconv.FormatInt(e.registry, 10) + "/" + jarPath)
-	x := &exchange{ctx: &ctx, reg: reg, path: p}
-	if _, err := e.srv.fetchMiss(x, 0, gen); !errors.Is(err, errLookAgain) {
+	x := &exchange{ctx: &ctx, request: request{reg: reg, path: p}}
+	if _, err := e.srv.fetchMiss(&x.request, 0, gen); !errors.Is(err, errLookAgain) {
 		t.Fatalf("joining after the flight ended: %v, want errLookAgain", err)
 	}
 	if err := e.srv.serveDownload(x, gen); err != nil {

@@ -89,3 +89,20 @@ func (c *smallBlobs) count() int {
 	defer c.mu.Unlock()
 	return c.lru.Len()
 }
+
+// keep puts the verified bytes of a small blob read from the bucket in
+// the memory cache, as load does for one read from disk.
+func (c *smallBlobs) keep(sha string, b []byte) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lru.Contains(sha) {
+		c.lru.Add(sha, b)
+		c.bytes += int64(len(b))
+		for c.bytes > c.budget {
+			c.lru.RemoveOldest()
+		}
+	}
+}

@@ -112,7 +112,7 @@ func TestMergeWaitsForRoom(t *testing.T) {
 	e.upstream(b.URL, nil, nil)
 	p := metaPaths(a, b, 1)[0]
 	waiting := make(chan struct{}, 1)
-	e.srv.merging.onWait = func() { waiting <- struct{}{} }
+	e.hooks.OnMergeWait = func() { waiting <- struct{}{} }
 	release, err := e.srv.merging.acquire(e.srv.merging.max)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestConcurrentMergesBounded(t *testing.T) {
 	var mu sync.Mutex
 	var peak int64
 	merges := 0
-	e.srv.merging.onAcquire = func(used int64) {
+	e.hooks.OnMergeAcquire = func(used int64) {
 		mu.Lock()
 		peak, merges = max(peak, used), merges+1
 		mu.Unlock()
@@ -403,10 +403,10 @@ func TestConcurrentSameMergeOnce(t *testing.T) {
 	e.upstream(b.URL, nil, nil)
 	p := metaPaths(a, b, 1)[0]
 	following := make(chan struct{}, herd)
-	e.srv.composed.onFollow = func() { following <- struct{}{} }
+	e.hooks.OnComposeFollow = func() { following <- struct{}{} }
 	proceed := make(chan struct{})
 	acquired := make(chan struct{}, herd)
-	e.srv.merging.onAcquire = func(int64) {
+	e.hooks.OnMergeAcquire = func(int64) {
 		acquired <- struct{}{}
 		<-proceed
 	}

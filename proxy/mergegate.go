@@ -1,12 +1,11 @@
 package proxy
 
 import (
-	"strconv"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 )
 
 // mergeGate bounds the upstream documents being merged at once, in bytes
@@ -34,23 +33,16 @@ type mergeGate struct {
 	waited  prometheus.Counter
 	refused prometheus.Counter
 
-	// Set by tests: onWait runs when a merge starts to wait, onAcquire
-	// when one takes room (with the bytes then in use).
-	onWait    func()
-	onAcquire func(used int64)
+	hooks *Hooks // OnMergeWait, OnMergeAcquire (test hooks)
 }
 
 // mergeRetryAfter is the Retry-After of a merge refused for want of room,
 // in seconds: merges of the largest documents take about a second.
 const mergeRetryAfter = 1
 
-// errMergeBusy answers a merge that found no room in time.
-var errMergeBusy = &apiError{
-	status: fasthttp.StatusServiceUnavailable,
-	body: jsonBody("message", "503 Service Unavailable - too many maven-metadata.xml merges at once; retry after "+
-		strconv.Itoa(mergeRetryAfter)+" second"),
-	retryAfter: mergeRetryAfter,
-}
+// errMergeBusy is a merge that found no room in time: a retry after
+// mergeRetryAfter seconds may find some.
+var errMergeBusy = errors.New("too many maven-metadata.xml merges at once")
 
 func newMergeGate(reg prometheus.Registerer, max int64, wait time.Duration) (*mergeGate, error) {
 	const ns, sub = "registryd", "metadata"
@@ -103,8 +95,8 @@ func (g *mergeGate) acquire(weight int64) (release func(), err error) {
 			if timer != nil {
 				timer.Stop()
 			}
-			if g.onAcquire != nil {
-				g.onAcquire(used)
+			if g.hooks.OnMergeAcquire != nil {
+				g.hooks.OnMergeAcquire(used)
 			}
 			var once sync.Once
 			return func() { once.Do(func() { g.release(weight) }) }, nil
@@ -118,8 +110,8 @@ func (g *mergeGate) acquire(weight int64) (release func(), err error) {
 			}
 			g.waited.Inc()
 			timer = time.NewTimer(g.wait)
-			if g.onWait != nil {
-				g.onWait()
+			if g.hooks.OnMergeWait != nil {
+				g.hooks.OnMergeWait()
 			}
 		}
 		select {

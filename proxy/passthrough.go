@@ -263,17 +263,17 @@ func (f *flight) spillAppend(ctx context.Context, b []byte) error {
 			// before the fill waits for them: they wait for progress,
 			// which add publishes only once the whole of b is in, and a
 			// fast reader that cannot see those bytes is never caught up
-			// (stallNow) nor moves on to make room.
+			// (Hooks.StallNow) nor moves on to make room.
 			f.wakeReadersLocked()
 			p.fillWaits, p.room = true, make(chan struct{})
 			room := p.room
 			f.mu.Unlock()
 			if stall == nil {
-				stall = time.NewTimer(f.s.spillStall)
+				stall = time.NewTimer(f.s.spillStallFor())
 			} else {
-				stall.Reset(f.s.spillStall)
+				stall.Reset(f.s.spillStallFor())
 			}
-			expired := f.s.stallNow != nil && f.s.stallNow(f)
+			expired := f.s.hooks.StallNow != nil && f.s.hooks.StallNow(f)
 			if !expired {
 				select {
 				case <-room:

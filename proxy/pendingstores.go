@@ -52,9 +52,7 @@ type pendingStores struct {
 	warnedAt time.Time
 	quiet    int // turned away since the last warning
 
-	// onTake, when set (by tests), runs after each take with its outcome
-	// (a refusal already counted).
-	onTake func(ok bool)
+	hooks *Hooks // OnStoreTake (a test hook)
 }
 
 func newPendingStores(max int, reg prometheus.Registerer, log *slog.Logger) (*pendingStores, error) {
@@ -98,12 +96,12 @@ func (p *pendingStores) take(kind string, f *flight) (release func(), ok bool) {
 	default:
 	}
 	if !ok {
-		// Counted before onTake reports it, so a test woken by the hook
+		// Counted before OnStoreTake reports it, so a test woken by the hook
 		// reads the refusal in the metric.
 		p.turnedAway.WithLabelValues(kind).Inc()
 	}
-	if p.onTake != nil {
-		p.onTake(ok)
+	if p.hooks.OnStoreTake != nil {
+		p.hooks.OnStoreTake(ok)
 	}
 	if ok {
 		var once sync.Once

@@ -70,7 +70,7 @@ func pendingEnv(t *testing.T) (*env, *heldDB, chan bool) {
 	e := newEnvStore(t, store.Options{Engine: db}, func(o *envOptions) { o.Cache.MaxPendingStores = 4 })
 	t.Cleanup(db.release) // before the env's cleanup, which stores what waits
 	taken := make(chan bool, 256)
-	e.srv.stores.onTake = func(ok bool) { taken <- ok }
+	e.hooks.OnStoreTake = func(ok bool) { taken <- ok }
 	return e, db, taken
 }
 

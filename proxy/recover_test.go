@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -23,9 +25,9 @@ func TestPanicIsA500(t *testing.T) {
 	first := make(chan resp, 1)
 	go func() { first <- e.get(jarPath) }()
 	<-up.midBody
-	e.srv.onJoin = func() { panic("boom: an internal detail") }
+	e.hooks.OnJoin = func() { panic("boom: an internal detail") }
 	second := e.getNow(jarPath)
-	e.srv.onJoin = nil
+	e.hooks.OnJoin = nil
 	up.releaseHeld()
 	if r := <-first; r.status != 200 || string(r.body) != string(body) {
 		t.Fatalf("the fill's own request: %d, %d bytes", r.status, len(r.body))
@@ -55,4 +57,31 @@ func TestPanicIsA500(t *testing.T) {
 		t.Fatalf("the log line of request %s: %q", msg["request_id"], line)
 	}
 	e.get(jarPath).expect(t, 200)
+}
+
+// recordHandler keeps the messages and client attributes of log records.
+type recordHandler struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	h.lines = append(h.lines, line)
+	return nil
+}
+
+func (h *recordHandler) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.lines)
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -23,11 +22,6 @@ import (
 // when the object is missing too is the file fetched from its upstream
 // again (errBlobGone), as for a blob file lost on a single node. A bucket
 // that is away answers 503 with the reason (errObjectStore).
-
-// remoteStall is how long a body from the bucket may send nothing before
-// the response is cut: a bucket that stalls mid-object must not hold a
-// client (and a connection) forever.
-const remoteStall = time.Minute
 
 // localMiss handles a blob file that could not be opened for v: from the
 // bucket when the blobs are remote and the file is only missing locally,
@@ -143,60 +137,6 @@ func (s *Server) served(x *exchange, v *entryView, n int64) {
 	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 }
 
-// readRemote reads a whole blob from the bucket (filling the local tier),
-// for the documents merged metadata reads. An object missing or damaged is
-// fs.ErrNotExist, a blob gone as on a single node (the entry is dropped and
-// the document fetched again); an outage stays an objects.ErrUnavailable.
-func (s *engine) readRemote(sha string, size int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), remoteStall)
-	defer cancel()
-	rc, err := s.blobs.OpenRemote(ctx, sha, size)
-	if err == nil {
-		var b []byte
-		b, err = readAllInto(make([]byte, 0, size), rc)
-		rc.Close()
-		if err == nil {
-			s.small.keep(sha, b)
-			return b, nil
-		}
-	}
-	if errors.Is(err, objects.ErrNotFound) || errors.Is(err, blob.ErrObjectMismatch) {
-		return nil, fmt.Errorf("%w: %w", fs.ErrNotExist, err)
-	}
-	return nil, err
-}
-
-// readAllInto reads r to its end into b (whose capacity is the expected
-// size, so there is one allocation).
-func readAllInto(b []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(b) == cap(b) {
-			// The store's reader ends at the entry's size; read once more
-			// to see its end (or its verdict).
-			var one [1]byte
-			k, err := r.Read(one[:])
-			if k > 0 {
-				return b, errors.New("object longer than its entry")
-			}
-			if err == io.EOF {
-				return b, nil
-			}
-			if err != nil {
-				return b, err
-			}
-			continue
-		}
-		k, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+k]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-}
-
 // remoteBody is an object as a response body. Its context is cancelled
 // when the bucket sends nothing for remoteStall, and at Close.
 type remoteBody struct {
@@ -223,23 +163,6 @@ func (b *remoteBody) Close() error {
 		b.cancel()
 	})
 	return err
-}
-
-// keep puts the verified bytes of a small blob read from the bucket in
-// the memory cache, as load does for one read from disk.
-func (c *smallBlobs) keep(sha string, b []byte) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.lru.Contains(sha) {
-		c.lru.Add(sha, b)
-		c.bytes += int64(len(b))
-		for c.bytes > c.budget {
-			c.lru.RemoveOldest()
-		}
-	}
 }
 
 // objectStoreError is a request the bucket could not serve (away, timed

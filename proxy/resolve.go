@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
+	"registryd/auth"
 	"registryd/maven"
 	"registryd/store"
 	"registryd/store/blob"
@@ -15,6 +17,28 @@ import (
 // Resolution: what answers a download, decided without the request (the
 // exchange carries the caller and its connection). download.go parses,
 // authenticates and serves what is decided here.
+
+// request is one download on its way through resolution: what the metrics
+// and the access log record of it. Resolution reads no HTTP request: only
+// the caller (who, remote: whom a refusal is charged to) and its
+// connection (conn: whether the client is still there while a fill is
+// awaited).
+type request struct {
+	who    auth.Principal
+	remote net.Addr      // the client's address; nil for none
+	conn   net.Conn      // the client's connection; nil for none (a merge's, a test's)
+	reg    *registryView // nil until the registry is resolved and readable
+	path   maven.Path
+	res    result
+	up     int64      // the upstream whose file, or stored copy, was served; 0 for none
+	miss   *missError // why no upstream served the file, when none did
+	// denied are the upstreams whose rules refused the file (see screen).
+	denied []upstreamFailure
+	// merge is how a merged document was built ("complete", "partial",
+	// "single"); "" for any other answer. For a partial merge, miss holds
+	// the upstreams that failed.
+	merge string
+}
 
 // --- resolution data, cached in memory ---
 
@@ -179,6 +203,10 @@ func (s *engine) lookup(reg *registryView, rel string, gen uint64) (*entryView, 
 	return v, nil
 }
 
+// dispositionStart opens the Content-Disposition of a file, whose name
+// follows (then a closing quote).
+const dispositionStart = "attachment; filename=\""
+
 // newEntryView is the view of e, an entry of up stored under rel, with
 // its response headers formatted (gen 0: for the caller to set).
 func newEntryView(s *engine, up *upstreamView, rel string, e store.CacheEntry) *entryView {
@@ -186,7 +214,7 @@ func newEntryView(s *engine, up *upstreamView, rel string, e store.CacheEntry) *
 	v.blob = s.blobs.Path(e.SHA256)
 	v.etag = `"` + e.SHA256 + `"`
 	v.lastModified = httpDate(e.UpdatedAt)
-	v.disposition = `attachment; filename="` + rel[strings.LastIndexByte(rel, '/')+1:] + `"`
+	v.disposition = dispositionStart + rel[strings.LastIndexByte(rel, '/')+1:] + `"`
 	v.contentType = e.ContentType
 	if v.contentType == "" {
 		v.contentType = maven.ContentType(rel)
@@ -238,12 +266,17 @@ type answer struct {
 	elsewhere bool
 }
 
+// errBlobGone means the index points at a blob file that is not there
+// (removed by hand, restored from a partial backup): serving reports it
+// back to resolution (blobGone), which fetches the file again.
+var errBlobGone = errors.New("blob file missing")
+
 // blobGone resolves x again once the blob of a's entry was found missing
 // while serving it (removed by hand, damaged disk, or an object gone from
 // the bucket): the file is fetched again. An entry another node stored
 // just now is not: its blob missing here too means it went meanwhile, and
 // a fetch would find the entry again.
-func (s *engine) blobGone(x *exchange, a answer) (answer, error) {
+func (s *engine) blobGone(x *request, a answer) (answer, error) {
 	if a.elsewhere {
 		return answer{}, errElsewhereGone
 	}
@@ -257,7 +290,7 @@ func (s *engine) blobGone(x *exchange, a answer) (answer, error) {
 // resolveDownload resolves x, its registry readable and its path
 // classified: a composed document (merged metadata, prefix files), or the
 // file from the cache or the upstreams that x's rules leave (screen).
-func (s *engine) resolveDownload(x *exchange, gen uint64) (answer, error) {
+func (s *engine) resolveDownload(x *request, gen uint64) (answer, error) {
 	if k := composedKind(x); k != composeNone {
 		v, err := s.resolveComposed(x, k, gen)
 		return answer{doc: v}, err
@@ -273,7 +306,7 @@ func (s *engine) resolveDownload(x *exchange, gen uint64) (answer, error) {
 // while a flight for the file was storing it finds no flight to join
 // afterwards; join then says to look again (errLookAgain) rather than fetch
 // the file a second time.
-func (s *engine) resolve(x *exchange, gen uint64) (answer, error) {
+func (s *engine) resolve(x *request, gen uint64) (answer, error) {
 	for attempt := 1; ; attempt++ {
 		seen := gen
 		if attempt == maxLookups {
@@ -287,7 +320,7 @@ func (s *engine) resolve(x *exchange, gen uint64) (answer, error) {
 	}
 }
 
-func (s *engine) resolveOnce(x *exchange, gen, seen uint64) (answer, error) {
+func (s *engine) resolveOnce(x *request, gen, seen uint64) (answer, error) {
 	v, err := s.lookup(x.reg, x.path.EntryRel(), gen)
 	if err != nil {
 		return answer{}, err
@@ -313,7 +346,7 @@ func (s *engine) resolveOnce(x *exchange, gen, seen uint64) (answer, error) {
 // answer the fill refuses: 204, 206, a web page, a checksum mismatch, ...),
 // or an upstream that is unhealthy: the stale copy is served, because only
 // a definite, verified answer about the file may replace it.
-func (s *engine) revalidate(x *exchange, v *entryView, seen uint64) (answer, error) {
+func (s *engine) revalidate(x *request, v *entryView, seen uint64) (answer, error) {
 	rel := x.path.EntryRel()
 	x.up = v.up.id
 	stale := answer{entry: v, seen: anyGen}
@@ -361,7 +394,7 @@ func joinedOr(joined bool, r result) result {
 
 // elsewhere is the answer of an entry another node of the cluster stored
 // (a flightElsewhere's), from upstream up, served as a hit would be.
-func (s *engine) elsewhere(x *exchange, up *upstreamView, e store.CacheEntry) answer {
+func (s *engine) elsewhere(x *request, up *upstreamView, e store.CacheEntry) answer {
 	x.res, x.up = resJoin, up.id
 	return answer{entry: newEntryView(s, up, x.path.EntryRel(), e), elsewhere: true}
 }
@@ -432,7 +465,7 @@ const (
 // upstream asked for, naming each failure, because a 404 would make Maven
 // remember "absent" for a file an unreachable upstream may well have. skip
 // is an upstream already known not to have the file (0 for none).
-func (s *engine) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error) {
+func (s *engine) fetchMiss(x *request, skip int64, seen uint64) (answer, error) {
 	rel := x.path.EntryRel()
 	x.res = resMiss
 	if a, ok := s.uncachedDigests(x, rel); ok {
@@ -476,7 +509,7 @@ func (s *engine) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error)
 			if isLeaseError(o.err) {
 				// No upstream may be asked without the cluster's lease, and
 				// the next upstream's would fail alike: 503 now.
-				return answer{}, errLeaseAnswer
+				return answer{}, o.err
 			}
 			failures = append(failures, upstreamFailure{upstream: up.id, err: o.err})
 		}
@@ -492,7 +525,7 @@ func (s *engine) fetchMiss(x *exchange, skip int64, seen uint64) (answer, error)
 // uncached (a full disk) from its digests, as a stored entry's would (looked
 // for on every upstream before any is asked, as the lookup does), rather
 // than fetching it all again.
-func (s *engine) uncachedDigests(x *exchange, rel string) (answer, bool) {
+func (s *engine) uncachedDigests(x *request, rel string) (answer, bool) {
 	if x.path.Kind != maven.Checksum {
 		return answer{}, false
 	}

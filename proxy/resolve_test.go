@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"registryd/auth"
 	"registryd/internal/boltstore"
 	"registryd/internal/testclock"
 	"registryd/maven"
@@ -24,16 +23,17 @@ import (
 	"registryd/upstream"
 )
 
-// The engine's resolution, driven without any HTTP server: a Server that
-// never listens, over a real store on a temp dir and two fake upstreams
-// (httptest), asked as the listener asks it (resolveDownload), its answer
-// read as data.
+// The engine's resolution, driven without any HTTP server: the engine
+// alone (newEngine: no listener, no auth), over a real store on a temp dir
+// and two fake upstreams (httptest), asked as the listener asks it
+// (resolveDownload), its answer read as data.
 
 // engineEnv is a resolution engine with a registry of two upstreams, A
 // and B, in that order; every file is fresh for an hour.
 type engineEnv struct {
 	t     *testing.T
-	s     *Server
+	s     *engine
+	hooks *Hooks // the engine's test hooks
 	st    *store.Store
 	clock *testclock.Clock
 	reg   int64
@@ -61,17 +61,18 @@ func newEngineEnv(t *testing.T) *engineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Deps{
-		Store: st, Blobs: blobs, Auth: auth.New(st, auth.Options{Now: clock.Now}),
+	hooks := &Hooks{}
+	s, err := newEngine(engineDeps{
+		Options: engineOptions{Hooks: hooks}.withDefaults(),
+		Store:   st, Blobs: blobs,
 		Upstream: upstream.New(upstream.Options{AllowLocalNetwork: true, MaxRedirects: 3,
 			ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second}),
-		Registerer: prometheus.NewRegistry(), GatewaySecret: []byte("gateway-secret-for-tests-0123456789"),
-		Now: clock.Now,
+		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(), Now: clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &engineEnv{t: t, s: s, st: st, clock: clock, reg: r.ID}
+	e := &engineEnv{t: t, s: s, hooks: hooks, st: st, clock: clock, reg: r.ID}
 	for i := range e.ups {
 		e.ups[i] = newFakeUpstream(t)
 		u, err := st.CreateUpstream(r.ID, store.NewUpstream{URL: e.ups[i].URL, Name: "up" + strconv.Itoa(i),
@@ -82,11 +83,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 		e.ids[i] = u.ID
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
+		s.stopFills()
 		if err := s.StopCounting(); err != nil {
 			t.Errorf("StopCounting: %v", err)
 		}
@@ -98,7 +95,7 @@ func newEngineEnv(t *testing.T) *engineEnv {
 
 // resolve asks the engine for path as the listener does for an anonymous
 // caller who may read the registry.
-func (e *engineEnv) resolve(path string) (*exchange, answer, error) {
+func (e *engineEnv) resolve(path string) (*request, answer, error) {
 	e.t.Helper()
 	gen := e.st.CacheGeneration()
 	reg, err := e.s.registry(e.reg, gen)
@@ -109,7 +106,7 @@ func (e *engineEnv) resolve(path string) (*exchange, answer, error) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	x := &exchange{reg: reg, path: p}
+	x := &request{reg: reg, path: p}
 	a, err := e.s.resolveDownload(x, gen)
 	return x, a, err
 }
@@ -185,10 +182,10 @@ func TestEngineResolve(t *testing.T) {
 		up    int    // the upstream (0 A, 1 B) whose file answers; -1 none
 		calls [2]int // the GETs of path each upstream received, in all
 		// check looks further at the answer, read.
-		check func(t *testing.T, e *engineEnv, x *exchange, a answer, err error)
+		check func(t *testing.T, e *engineEnv, x *request, a answer, err error)
 	}{{
 		name: "miss", setup: onA, path: jarPath, kind: "flight", res: resMiss, up: 0, calls: [2]int{1, 0},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if got := e.read(a); string(got) != string(jar) {
 				t.Fatalf("the flight streams %d bytes, want the file's %d", len(got), len(jar))
 			}
@@ -199,7 +196,7 @@ func TestEngineResolve(t *testing.T) {
 	}, {
 		name: "hit", path: jarPath, kind: "entry", res: resHit, up: 0, calls: [2]int{1, 0},
 		setup: func(e *engineEnv) { onA(e); e.fetch(jarPath) },
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if got := e.read(a); string(got) != string(jar) {
 				t.Fatal("the stored entry is not the file")
 			}
@@ -207,7 +204,7 @@ func TestEngineResolve(t *testing.T) {
 	}, {
 		name: "revalidate", path: jarPath, kind: "entry", res: resRevalidated, up: 0, calls: [2]int{2, 0},
 		setup: func(e *engineEnv) { onA(e); e.fetch(jarPath); e.clock.Advance(2 * time.Hour) },
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if inm := e.ups[0].lastIfNoneMatch(jarPath); inm != `"v1"` {
 				t.Fatalf("revalidated with If-None-Match %q", inm)
 			}
@@ -224,7 +221,7 @@ func TestEngineResolve(t *testing.T) {
 				e.t.Fatalf("first ask: %v, want every upstream absent", err)
 			}
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if !isMissAbsent(err) {
 				t.Fatalf("%v, want every upstream remembered absent", err)
 			}
@@ -236,7 +233,7 @@ func TestEngineResolve(t *testing.T) {
 			e.ups[1].set(jarPath, fakeFile{body: jar})
 			e.rule(0, "deny", "group_id", "wildcard", "org.example*")
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			if len(x.denied) != 1 || x.denied[0].upstream != e.ids[0] || !isDenied(x.denied[0].err) {
 				t.Fatalf("denied %+v, want upstream A refused by its rule", x.denied)
 			}
@@ -249,7 +246,7 @@ func TestEngineResolve(t *testing.T) {
 			e.rule(0, "deny", "group_id", "wildcard", "org.example*")
 			e.rule(1, "allow", "group_id", "wildcard", "com.*")
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			var me *missError
 			if !errors.As(err, &me) || !me.denied() || len(me.failures) != 2 {
 				t.Fatalf("%v, want both upstreams refused", err)
@@ -261,7 +258,7 @@ func TestEngineResolve(t *testing.T) {
 			e.ups[0].set(libMeta, fakeFile{body: metaXML("20240101000000", "1.0", "1.0", "1.0")})
 			e.ups[1].set(libMeta, fakeFile{body: metaXML("20250101000000", "2.0", "2.0", "2.0")})
 		},
-		check: func(t *testing.T, e *engineEnv, x *exchange, a answer, err error) {
+		check: func(t *testing.T, e *engineEnv, x *request, a answer, err error) {
 			m := parsed(t, e.read(a))
 			if got := strings.Join(m.Versioning.Versions, ","); got != "1.0,2.0" || m.Versioning.Latest != "2.0" {
 				t.Fatalf("merged versions %s, latest %s", got, m.Versioning.Latest)
@@ -305,7 +302,7 @@ func TestEngineResolveJoin(t *testing.T) {
 	jar := jarBytes(jarPath, 32<<10)
 	joined := make(chan struct{})
 	var once sync.Once
-	e.s.onJoin = func() { once.Do(func() { close(joined) }) }
+	e.hooks.OnJoin = func() { once.Do(func() { close(joined) }) }
 	e.ups[0].set(jarPath, fakeFile{custom: func(w http.ResponseWriter, r *http.Request) {
 		select { // answer once the second resolution joined
 		case <-joined:

@@ -173,7 +173,7 @@ func toMavenRules(list []store.UpstreamRule) []maven.Rule {
 // screen returns the registry as x's file may be resolved through: without
 // the upstreams whose rules refuse it, each of which is recorded in
 // x.denied. A registry without rules is returned as it is, at no cost.
-func (s *engine) screen(x *exchange) *registryView {
+func (s *engine) screen(x *request) *registryView {
 	reg := x.reg
 	if !reg.hasRules {
 		return reg
@@ -251,7 +251,7 @@ func evaluate(rules *maven.RuleSet, group bool, c maven.Coordinates) maven.Verdi
 }
 
 // deny counts one refusal and queues its audit event.
-func (s *engine) deny(x *exchange, u *upstreamView, v maven.Verdict) {
+func (s *engine) deny(x *request, u *upstreamView, v maven.Verdict) {
 	s.met.denials.WithLabelValues(u.label).Inc()
 	s.audit.denied(x, u, v)
 }

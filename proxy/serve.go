@@ -19,11 +19,6 @@ import (
 	"registryd/store"
 )
 
-// errBlobGone means the index points at a blob file that is not there
-// (removed by hand, restored from a partial backup): serving reports it
-// back to resolution (blobGone), which fetches the file again.
-var errBlobGone = errors.New("blob file missing")
-
 // Header names in fasthttp's canonical form, set without re-normalising.
 var (
 	hdrETag         = []byte("Etag")
@@ -43,8 +38,6 @@ var (
 	hdrRange        = "Range"
 	hdrIfRange      = "If-Range"
 )
-
-const dispositionStart = "attachment; filename=\""
 
 // hardenDownload sets the headers GitLab gives every file it serves from a
 // virtual registry (EXTRA_RESPONSE_HEADERS of its endpoint concern): no
@@ -391,4 +384,49 @@ func contentRange(a, b, size int64) []byte {
 	out = strconv.AppendInt(out, b, 10)
 	out = append(out, '/')
 	return strconv.AppendInt(out, size, 10)
+}
+
+// serveComposed answers x from v: the document, or one of its digests.
+func (s *Server) serveComposed(x *exchange, v *composedView) error {
+	ctx, p := x.ctx, x.path
+	if v.refused != nil {
+		v.merges.Inc()
+		return v.refused
+	}
+	x.merge, x.up = v.merge, v.up
+	if v.merge == mergePartial {
+		x.miss = &missError{failures: v.failures}
+	}
+	v.merges.Inc()
+	h := &ctx.Response.Header
+	if v.mergeHdr != "" {
+		h.SetCanonical(hdrMerge, s2b(v.mergeHdr))
+	}
+	if p.Kind == maven.Checksum {
+		s.writeDigest(x, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
+		if !ctx.IsHead() {
+			s.countComposed(v)
+		}
+		return nil
+	}
+	h.SetContentType(v.ctype)
+	h.SetCanonical(hdrETag, s2b(v.etag))
+	h.SetCanonical(hdrLastModified, s2b(v.lastMod))
+	h.SetCanonical(hdrDisposition, s2b(v.disposition))
+	h.SetCanonical(hdrChecksumSHA1, s2b(v.sha1))
+	h.SetCanonical(hdrChecksumMD5, s2b(v.md5))
+	hardenDownload(h)
+	if inm := ctx.Request.Header.Peek(hdrIfNoneMatch); len(inm) > 0 && etagListMatches(inm, v.etag) {
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return nil
+	}
+	if ctx.IsHead() {
+		h.SetContentLength(len(v.body))
+		return nil
+	}
+	// Immutable once built: fasthttp writes it without a copy.
+	ctx.Response.SetBodyRaw(v.body)
+	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(v.body)))
+	s.countComposed(v)
+	return nil
 }

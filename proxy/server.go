@@ -11,15 +11,27 @@
 // the Server keeps for strings that show it.
 //
 // The Server is the listener over its engine (engine.go), which reads no
-// request. A download reads top-down: download parses and authenticates,
-// then serveDownload resolves (resolveDownload: an answer, as data: a stored
-// entry, a flight to stream, a composed document, or a typed miss error),
-// the flight's fill runs on its own (fill.go), and serve renders the
-// answer. Resolution reads nothing of the request but the caller and its
-// connection (exchange); a flight's outcome is read in one place (settle);
-// a blob found missing while serving is reported back (blobGone) and
-// resolved again, so serving never asks an upstream. This is the seam
-// along which the engine is to move to proxy/cache (issue 21).
+// HTTP request. A download reads top-down: download parses and
+// authenticates, then serveDownload resolves (resolveDownload: an answer,
+// as data: a stored entry, a flight to stream, a composed document, or a
+// typed miss error), the flight's fill runs on its own (fill.go), and serve
+// renders the answer. Resolution reads nothing of the request but the
+// caller and its connection (request, the engine's part of the listener's
+// exchange); a flight's outcome is read in one place (settle); a blob found
+// missing while serving is reported back (blobGone) and resolved again, so
+// serving never asks an upstream. The engine's failures are typed
+// (failures.go) and become answers in one place (errors.go, toAPI).
+//
+// The listener's files are server.go, servetls.go, probes.go,
+// download.go, serve.go, remote.go, upload.go, gateway.go, errors.go,
+// problem.go, accesslog.go and options.go (the connection limits are internal/connlimit's, plumbing
+// the listener wraps its net.Listener with, and the access log's encoder
+// and writer internal/accesslog's); every other file is the engine's, with its own Options
+// sections (engineoptions.go: the cache, upstreams, metadata, audit and
+// memory bounds, and the test Hooks) and collaborators (engineDeps). The
+// engine's files build without the listener's and import neither fasthttp
+// nor config (cmd/registryd's TestEngineSeam): the seam along which they
+// are to move to package proxy/cache (issue 21).
 package proxy
 
 import (
@@ -41,21 +53,13 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"registryd/auth"
+	"registryd/internal/accesslog"
+	"registryd/internal/connlimit"
 	"registryd/internal/redact"
 	"registryd/store"
 	"registryd/store/blob"
 	"registryd/upstream"
 )
-
-// Fetcher is what the proxy needs of the upstream client.
-type Fetcher interface {
-	Get(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
-	// Revalidate is Get with the wait for headers bounded by
-	// upstreams.check_timeout.
-	Revalidate(ctx context.Context, ep upstream.Endpoint, relPath, etag string) (*upstream.Response, error)
-	// GetChecksum fetches relPath's .sha1, for the require checksum policy.
-	GetChecksum(ctx context.Context, ep upstream.Endpoint, relPath string) (string, error)
-}
 
 // Deps are the proxy listener's collaborators.
 type Deps struct {
@@ -89,13 +93,15 @@ type Deps struct {
 // resolves through its engine and serves what the engine answers.
 type Server struct {
 	*engine
+	opts     Options // with their defaults
+	log      *slog.Logger
 	auth     *auth.Service
 	secret   []byte
 	idPrefix string
 	srv      *fasthttp.Server
-	conns    *connLimiter // wraps every listener Serve is given
-	alog     *accessLog   // nil when off
-	ready    func() error // nil: always ready (probes.go)
+	conns    *connlimit.Limiter // wraps every listener Serve is given
+	alog     *accesslog.Log     // nil when off
+	ready    func() error       // nil: always ready (probes.go)
 }
 
 // New builds the proxy server with explicit limits. It starts nothing: call
@@ -117,7 +123,10 @@ func New(d Deps) (*Server, error) {
 		return nil, errors.New("proxy: a gateway secret is required")
 	}
 	o := d.Options.withDefaults()
-	eng, err := newEngine(d, o)
+	eng, err := newEngine(engineDeps{
+		Options: o.engine(), Store: d.Store, Blobs: d.Blobs, Upstream: d.Upstream, Logger: d.Logger,
+		Registerer: d.Registerer, Now: d.Now, Health: d.Health,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +134,8 @@ func New(d Deps) (*Server, error) {
 	if _, err := rand.Read(pfx[:]); err != nil {
 		return nil, err
 	}
-	s := &Server{engine: eng, auth: d.Auth, secret: d.GatewaySecret, idPrefix: hex.EncodeToString(pfx[:]) + "-", ready: d.Ready}
+	s := &Server{engine: eng, opts: o, log: d.Logger, auth: d.Auth, secret: d.GatewaySecret,
+		idPrefix: hex.EncodeToString(pfx[:]) + "-", ready: d.Ready}
 	l := o.Listener
 	bodyTimeout := fasthttp.RequestConfig{ReadTimeout: l.ReadTimeout}
 	s.srv = &fasthttp.Server{
@@ -157,12 +167,13 @@ func New(d Deps) (*Server, error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{d.Logger},
 	}
-	s.conns = newConnLimiter(l.MaxConnsPerClient, l.Concurrency, d.Logger)
-	if err := registerConnMetrics(d.Registerer, s.conns, s.srv); err != nil {
+	s.conns = connlimit.New(l.MaxConnsPerClient, l.Concurrency, d.Logger)
+	rejected := func() uint64 { return uint64(s.srv.GetRejectedConnectionsCount()) }
+	if err := connlimit.Register(d.Registerer, s.conns, rejected); err != nil {
 		return nil, fmt.Errorf("proxy metrics: %w", err)
 	}
 	if d.AccessLog != nil {
-		if s.alog, err = newAccessLog(d.AccessLog, l.AccessLogJSON, d.Registerer, d.Logger); err != nil {
+		if s.alog, err = accesslog.New(d.AccessLog, l.AccessLogJSON, d.Registerer, d.Logger); err != nil {
 			return nil, fmt.Errorf("proxy access log: %w", err)
 		}
 	}
@@ -257,19 +268,15 @@ func asciiLower(s string) string {
 
 // Serve serves on ln until Shutdown. Connections over a client's
 // proxy.max_conns_per_client are refused as they are accepted.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.listener(ln)) }
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.conns.Listener(ln)) }
 
 // Shutdown stops accepting, waits for in-flight requests until ctx ends, then
 // cancels the fills still running (their clients are gone) and waits for
 // them, so nothing writes to the store after Shutdown returns.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
-	s.flightsMu.Lock()
-	s.closing = true
-	s.flightsMu.Unlock()
-	s.fillStop()
-	s.fills.Wait()
-	s.alog.close()
+	s.stopFills()
+	s.alog.Close()
 	return err
 }
 

@@ -13,7 +13,7 @@ import (
 // handshake. A handshake is bounded by proxy.header_timeout, as the
 // request line is.
 func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error {
-	return s.srv.Serve(&tlsListener{Listener: s.conns.listener(ln), cfg: cfg, handshake: s.srv.ReadTimeout})
+	return s.srv.Serve(&tlsListener{Listener: s.conns.Listener(ln), cfg: cfg, handshake: s.srv.ReadTimeout})
 }
 
 // tlsListener is tls.NewListener with a deadline on each connection it

@@ -36,7 +36,7 @@ func TestCollectorRestIgnoresWriterWait(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var rests []time.Duration
-	e.srv.onRest = func(d time.Duration) { mu.Lock(); rests = append(rests, d); mu.Unlock() }
+	e.hooks.OnRest = func(d time.Duration) { mu.Lock(); rests = append(rests, d); mu.Unlock() }
 
 	db.hold()
 	done := make(chan error, 1)

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -70,12 +73,74 @@ func TestLayout(t *testing.T) {
 			t.Errorf("%s imports registryd/internal/boltstore: it is for tests and the bench", pkg)
 		}
 	}
+	// Only the proxy listener speaks fasthttp (admin uses net/http).
+	for pkg, imps := range imports {
+		if pkg != "proxy" && slices.Contains(imps, "github.com/valyala/fasthttp") {
+			t.Errorf("%s imports github.com/valyala/fasthttp: only proxy (the listener) does", pkg)
+		}
+	}
 	// Each component takes Options of its own; cmd maps the configuration
 	// onto them, and bench writes configurations for the daemons it starts.
 	mayImportConfig := map[string]bool{"cmd/registryd": true, "bench": true}
 	for pkg, imps := range imports {
 		if !mayImportConfig[pkg] && slices.Contains(imps, "registryd/config") {
 			t.Errorf("%s imports registryd/config: only cmd and bench do; take Options of your own", pkg)
+		}
+	}
+}
+
+// listenerFiles are the files of package proxy that make the fasthttp
+// listener: parse, authenticate, render. Every other file of the package
+// is the cache engine, which is to move to proxy/cache (issue 21).
+var listenerFiles = []string{
+	"accesslog.go", "download.go", "errors.go", "gateway.go", "options.go", "probes.go", "problem.go",
+	"remote.go", "serve.go", "servetls.go", "server.go", "upload.go",
+}
+
+// TestEngineSeam keeps the seam along which the engine leaves package
+// proxy: the engine's files build as a package of their own (an overlay
+// copies them, without the listener's files, into proxy/enginecheck), so
+// they use nothing of the listener's, and they import neither fasthttp nor
+// config.
+func TestEngineSeam(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "registryd/proxy").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err) // no go tool beside the test binary
+	}
+	dir := strings.TrimSpace(string(out))
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := filepath.Join(dir, "enginecheck")
+	replace := map[string]string{}
+	for _, f := range files {
+		base := filepath.Base(f)
+		if strings.HasSuffix(base, "_test.go") || slices.Contains(listenerFiles, base) {
+			continue
+		}
+		replace[filepath.Join(check, base)] = f
+	}
+	raw, err := json.Marshal(map[string]any{"Replace": replace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := filepath.Join(t.TempDir(), "overlay.json")
+	if err := os.WriteFile(overlay, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-overlay", overlay, "-o", os.DevNull, "registryd/proxy/enginecheck")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("the engine's files of package proxy do not build without the listener's (%v):\n%s", err, out)
+	}
+	out, err = exec.Command("go", "list", "-overlay", overlay, "-f", "{{join .Imports \" \"}}",
+		"registryd/proxy/enginecheck").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if imp == "github.com/valyala/fasthttp" || imp == "registryd/config" || imp == "registryd/proxy" {
+			t.Errorf("the engine's files import %s: the engine speaks no HTTP and takes Options of its own", imp)
 		}
 	}
 }

@@ -50,11 +50,11 @@ func TestOptionsSetEveryField(t *testing.T) {
 		{"advisories", advisoriesOptions(cfg), []string{"Store", "Sources", "Client", "Logger", "Registerer"}},
 		{"admin", adminOptions(cfg), nil},
 		{"history", historyOptions(cfg), []string{"Gatherer", "Store", "Node", "Now", "Logger"}},
-		// Memory (the count bounds of the engine's caches in memory) is no
-		// configuration: its defaults apply.
+		// Memory (the count bounds of the engine's caches in memory) and
+		// Hooks (test hooks) are no configuration: their defaults apply.
 		{"proxy", proxyOptions(cfg), []string{"Listener.AccessLogJSON", "Cache.MaxBytes", "Cache.MinFreeFraction",
 			"Memory.Paths", "Memory.Registries", "Memory.Entries", "Memory.Verdicts", "Memory.Composed",
-			"Memory.SmallBlobs"}},
+			"Memory.SmallBlobs", "Hooks"}},
 	} {
 		if got := zeroFields(tc.options); !slices.Equal(got, tc.zero) {
 			t.Errorf("%s: fields left zero %v, want %v", tc.name, got, tc.zero)

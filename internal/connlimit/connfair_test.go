@@ -1,4 +1,4 @@
-package proxy
+package connlimit
 
 import (
 	"log/slog"
@@ -13,7 +13,7 @@ import (
 // line names the /64.
 func TestConnLimitIPv6Per64(t *testing.T) {
 	h := &recordHandler{}
-	l := newConnLimiter(2, 0, slog.New(h))
+	l := New(2, 0, slog.New(h))
 	from := func(ip string) net.Conn {
 		return l.admit(pipeFrom(t, &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}))
 	}
@@ -66,7 +66,7 @@ func TestConnLimitFairShareAgainstManyAddresses(t *testing.T) {
 				a[7], a[14], a[15] = byte(i), byte(n>>8), byte(n) // the /64 of i, a new address each time
 				return &net.TCPAddr{IP: a[:]}
 			}
-			l := newConnLimiter(perClient, global, slog.New(slog.DiscardHandler))
+			l := New(perClient, global, slog.New(slog.DiscardHandler))
 			// open is one attempt: admitted by the limiter, then by
 			// fasthttp while it serves fewer than global.
 			open := func(a net.Addr) bool {
@@ -111,7 +111,7 @@ func TestConnLimitFairShareAgainstManyAddresses(t *testing.T) {
 // The share: max_conns_per_client up to half of proxy.concurrency, then
 // falling with what is left, never below the floor (nor above the limit).
 func TestConnLimitShare(t *testing.T) {
-	l := newConnLimiter(256, 8192, slog.New(slog.DiscardHandler))
+	l := New(256, 8192, slog.New(slog.DiscardHandler))
 	for _, tt := range []struct {
 		open  int64
 		share int
@@ -130,12 +130,12 @@ func TestConnLimitShare(t *testing.T) {
 			t.Errorf("open %d: share %d (%s), want %d (%s)", tt.open, n, why, tt.share, tt.why)
 		}
 	}
-	small := newConnLimiter(4, 100, slog.New(slog.DiscardHandler))
+	small := New(4, 100, slog.New(slog.DiscardHandler))
 	small.open.Store(100)
 	if n, _ := small.share(); n != 4 {
 		t.Errorf("a limit under the floor: share %d, want the limit 4", n)
 	}
-	off := newConnLimiter(16, 0, slog.New(slog.DiscardHandler))
+	off := New(16, 0, slog.New(slog.DiscardHandler))
 	off.open.Store(1 << 20)
 	if n, why := off.share(); n != 16 || why != refusedPerClient {
 		t.Errorf("no global: share %d (%s)", n, why)

@@ -1,4 +1,4 @@
-package proxy
+package clientkey
 
 import (
 	"net/netip"
@@ -26,19 +26,19 @@ func TestClientOfForConnAndAuditLimits(t *testing.T) {
 		if tc.addr != "" {
 			a = netip.MustParseAddr(tc.addr)
 		}
-		got := clientOf(a)
+		got := Of(a)
 		if tc.want == "" {
 			if got.IsValid() {
-				t.Errorf("clientOf(%v) = %v, want none", a, got)
+				t.Errorf("Of(%v) = %v, want none", a, got)
 			}
 			continue
 		}
 		if want := netip.MustParsePrefix(tc.want); got != want {
-			t.Errorf("clientOf(%v) = %v, want %v", a, got, want)
+			t.Errorf("Of(%v) = %v, want %v", a, got, want)
 		}
 	}
 	// Two IPv4-mapped addresses are two clients, not one IPv6 /64.
-	if clientOf(netip.MustParseAddr("::ffff:192.0.2.1")) == clientOf(netip.MustParseAddr("::ffff:198.51.100.1")) {
+	if Of(netip.MustParseAddr("::ffff:192.0.2.1")) == Of(netip.MustParseAddr("::ffff:198.51.100.1")) {
 		t.Error("two IPv4-mapped addresses are one client")
 	}
 }

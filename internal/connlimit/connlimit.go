@@ -1,4 +1,8 @@
-package proxy
+// Package connlimit bounds the proxy listener's connections per client,
+// with a fair share of what is left once half of the listener's capacity
+// is taken: plumbing of the listener (it wraps a net.Listener), which
+// speaks no HTTP but the 429 written to a refused connection.
+package connlimit
 
 import (
 	"errors"
@@ -13,10 +17,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
+
+	"registryd/internal/clientkey"
 )
 
-// connLimiter counts the proxy listener's open connections, in all and per
+// Limiter counts the proxy listener's open connections, in all and per
 // client, and refuses a connection of a client that already holds its
 // share. Without it one client could take all of fasthttp's Concurrency
 // slots (a slowloris needs only slow headers) and every other client would
@@ -28,7 +33,7 @@ import (
 // limit cannot take the rest (40 addresses at 256 used to take all 8,192),
 // and a client that holds few connections always gets in while any is free.
 //
-// A client is an IPv4 address, or an IPv6 /64 (clientOf, clientkey.go): a
+// A client is an IPv4 address, or an IPv6 /64 (clientkey.Of): a
 // host is given a whole /64 and picks any address in it, so counting IPv6
 // addresses one by one would give one host 2^64 clients' worth of
 // connections. An IPv4-mapped IPv6 peer (a dual-stack listener) is the IPv4
@@ -41,7 +46,7 @@ import (
 // The client is the TCP peer address, never X-Forwarded-For: a header is
 // whatever the client wants it to be, so trusting it would let one client
 // spread its connections over invented addresses.
-type connLimiter struct {
+type Limiter struct {
 	max int // per client; 0 counts without limiting (and without fair shares)
 	// global is proxy.concurrency, the connections fasthttp serves at once;
 	// 0: no fair share, max alone.
@@ -96,20 +101,20 @@ var tooManyConns = func() []byte {
 		"\r\n" + body)
 }()
 
-// newConnLimiter limits each client to perClient connections, less when
+// New limits each client to perClient connections, less when
 // more than half of the listener's global (proxy.concurrency) are open.
-func newConnLimiter(perClient, global int, log *slog.Logger) *connLimiter {
-	return &connLimiter{max: perClient, global: global, log: log, now: time.Now, clients: map[netip.Prefix]int{}}
+func New(perClient, global int, log *slog.Logger) *Limiter {
+	return &Limiter{max: perClient, global: global, log: log, now: time.Now, clients: map[netip.Prefix]int{}}
 }
 
-// listener wraps ln: its Accept hands over only admitted connections.
-func (l *connLimiter) listener(ln net.Listener) net.Listener {
+// Listener wraps ln: its Accept hands over only admitted connections.
+func (l *Limiter) Listener(ln net.Listener) net.Listener {
 	return &limitedListener{Listener: ln, l: l}
 }
 
 type limitedListener struct {
 	net.Listener
-	l *connLimiter
+	l *Limiter
 }
 
 // Accept returns the next admitted connection. A refused one is answered
@@ -145,7 +150,7 @@ func exhausted(err error) bool {
 }
 
 // acceptExhausted logs an exhausted accept, at most once per warnEvery.
-func (l *connLimiter) acceptExhausted(err error, retry time.Duration) {
+func (l *Limiter) acceptExhausted(err error, retry time.Duration) {
 	l.mu.Lock()
 	now := l.now()
 	warn := now.Sub(l.exhaustedWarned) >= warnEvery
@@ -177,7 +182,7 @@ func clientName(c netip.Prefix) string {
 // is taken, the less each client may add, so clients at their share stop
 // where some room is still left for others (with 40 at 256 of 8,192, about
 // 1,600 connections stay free).
-func (l *connLimiter) share() (int, string) {
+func (l *Limiter) share() (int, string) {
 	open := int(l.open.Load())
 	half := l.global / 2
 	if l.global <= 0 || open <= half {
@@ -192,10 +197,10 @@ func (l *connLimiter) share() (int, string) {
 }
 
 // admit counts c, or refuses it when its client holds its share (nil).
-func (l *connLimiter) admit(c net.Conn) net.Conn {
+func (l *Limiter) admit(c net.Conn) net.Conn {
 	var client netip.Prefix
 	if l.max > 0 {
-		client = clientOf(clientAddr(c.RemoteAddr()))
+		client = clientkey.Of(clientkey.Addr(c.RemoteAddr()))
 	}
 	if client.IsValid() {
 		l.mu.Lock()
@@ -221,7 +226,7 @@ func (l *connLimiter) admit(c net.Conn) net.Conn {
 // request may see that instead of the 429. Reading the request first would
 // hold the accept loop, so this is as good as it gets here; either way the
 // connection is gone at once.
-func (l *connLimiter) refuse(c net.Conn, client netip.Prefix, limit int, reason string, warn bool) {
+func (l *Limiter) refuse(c net.Conn, client netip.Prefix, limit int, reason string, warn bool) {
 	if reason == refusedFairShare {
 		l.refusedFair.Add(1)
 	} else {
@@ -245,7 +250,7 @@ func (l *connLimiter) refuse(c net.Conn, client netip.Prefix, limit int, reason 
 
 // warnNow reports whether a refusal of client is logged: at most once per
 // warnEvery per client. l.mu is held.
-func (l *connLimiter) warnNow(client netip.Prefix) bool {
+func (l *Limiter) warnNow(client netip.Prefix) bool {
 	now := l.now()
 	if l.warned == nil || now.Sub(l.warnedSince) >= warnEvery {
 		l.warnedPrev, l.warned, l.warnedSince = l.warned, map[netip.Prefix]time.Time{}, now
@@ -263,7 +268,7 @@ func (l *connLimiter) warnNow(client netip.Prefix) bool {
 }
 
 // release uncounts one closed connection of client.
-func (l *connLimiter) release(client netip.Prefix) {
+func (l *Limiter) release(client netip.Prefix) {
 	l.open.Add(-1)
 	if !client.IsValid() {
 		return
@@ -278,19 +283,23 @@ func (l *connLimiter) release(client netip.Prefix) {
 }
 
 // conns is how many connections the client of addr holds now (for tests).
-func (l *connLimiter) conns(addr netip.Addr) int {
+func (l *Limiter) conns(addr netip.Addr) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.clients[clientOf(addr)]
+	return l.clients[clientkey.Of(addr)]
 }
 
 // limitedConn is an admitted connection; its first Close uncounts it.
 type limitedConn struct {
 	net.Conn
-	l      *connLimiter
+	l      *Limiter
 	client netip.Prefix
 	closed atomic.Bool
 }
+
+// NetConn is the connection under the limiter's wrapper (as tls.Conn's),
+// where the engine finds the socket to look whether its client left.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
@@ -318,19 +327,22 @@ const (
 )
 
 // connCollector exports the connection counts at scrape time: the limiter's
-// and fasthttp's own count of connections refused over Concurrency.
+// and the listener's own count of connections refused over its
+// concurrency.
 type connCollector struct {
-	l       *connLimiter
-	srv     *fasthttp.Server
-	open    *prometheus.Desc
-	refused *prometheus.Desc
+	l           *Limiter
+	concurrency func() uint64
+	open        *prometheus.Desc
+	refused     *prometheus.Desc
 }
 
-func registerConnMetrics(reg prometheus.Registerer, l *connLimiter, srv *fasthttp.Server) error {
+// Register registers l's metrics on reg; concurrency is the listener's
+// count of connections refused over proxy.concurrency (fasthttp's).
+func Register(reg prometheus.Registerer, l *Limiter, concurrency func() uint64) error {
 	if reg == nil {
 		return nil
 	}
-	return reg.Register(&connCollector{l: l, srv: srv,
+	return reg.Register(&connCollector{l: l, concurrency: concurrency,
 		open: prometheus.NewDesc("registryd_proxy_connections_open",
 			"Connections of the proxy listener accepted and not yet closed.", nil, nil),
 		refused: prometheus.NewDesc("registryd_proxy_connections_refused_total",
@@ -351,5 +363,5 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.l.refused.Load()), refusedPerClient)
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.l.refusedFair.Load()), refusedFairShare)
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue,
-		float64(c.srv.GetRejectedConnectionsCount()), refusedConcurrency)
+		float64(c.concurrency()), refusedConcurrency)
 }
