@@ -330,6 +330,16 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		}
 		return nil
 	}
+	// The download listener's readiness answers whoever reaches that port:
+	// its reasons are fixed words, never the index database's address or
+	// error (the admin listener's, on loopback by default, gives those).
+	proxyReady := func() error {
+		err := ready()
+		if err != nil && probe != nil && !draining.Load() && storeOpen.Load() && listening.Load() {
+			return errors.New("index database unavailable")
+		}
+		return err
+	}
 	// The cleanup scheduler flushes the proxy's download counts before a
 	// run, so it needs the proxy server, created below.
 	var proxySrv *proxy.Server
@@ -357,7 +367,7 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		return err
 	}
 	proxySrv, err = proxy.New(proxy.Deps{Options: proxyOpts, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
-		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW, Ready: ready})
+		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW, Ready: proxyReady})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,6 +45,13 @@ type Disk struct {
 	// set by Sweep and kept up to date by Put and Delete.
 	count atomic.Int64
 	bytes atomic.Int64
+
+	// durable are the fan-out directories (ab/cd, by "abcd") known to be
+	// made and fsynced in their parents; mkdirMu serialises making the
+	// others, so that a fill never finds a directory another fill made but
+	// has not fsynced yet (mkdirs).
+	durable sync.Map
+	mkdirMu sync.Mutex
 
 	// watch is the state of the data volume that fills consult (diskwatch.go).
 	watch diskWatch
@@ -145,10 +153,23 @@ func (d *Disk) Put(_ context.Context, tmp, sha string, size int64) (created bool
 }
 
 // mkdirs creates ab/ and ab/cd/ for sha, durably (MkdirAll).
+//
+// Two fills may need the same new directory. The one that finds it made
+// must not go on (rename its blob in, commit its entry) before the maker
+// has fsynced it in its parent, or a power cut could lose the directory
+// under a committed entry: a directory not yet known durable is made (or
+// found) under mkdirMu, where MkdirAll makes and fsyncs it in one go.
 func (d *Disk) mkdirs(sha string) error {
+	key := sha[0:4]
+	if _, ok := d.durable.Load(key); ok {
+		return nil
+	}
+	d.mkdirMu.Lock()
+	defer d.mkdirMu.Unlock()
 	if err := MkdirAll(filepath.Join(d.root, sha[0:2], sha[2:4]), 0o750); err != nil {
 		return fmt.Errorf("blobs: %w", err)
 	}
+	d.durable.Store(key, struct{}{})
 	return nil
 }
 
@@ -282,10 +303,10 @@ func MkdirAll(path string, perm fs.FileMode) error {
 			return err
 		}
 	}
+	// Callers that may race to make the same directory serialise (as
+	// Disk.mkdirs does): one that found it made by another would not know
+	// whether that one had fsynced it yet.
 	if err := os.Mkdir(path, perm); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil // made meanwhile by another fill
-		}
 		return err
 	}
 	if err := SyncDir(parent); err != nil {
