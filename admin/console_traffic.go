@@ -230,13 +230,12 @@ func trafficBlock(id, base, what string, upstream bool, tr trafficRange, from ti
 			fmt.Sprintf("Hit ratio over the range: %s of requests answered from the cache.", ratio(t.Hits, t.Requests)),
 			100, true, percentLabel, chart.Series{Name: "Hit ratio", Values: ratios}),
 	)
-	b.Columns = []string{"Requests", "Hits", "Hit ratio"}
+	served, saved := column(steps, func(s store.TrafficCounts) int64 { return s.ServedBytes }), column(steps, func(s store.TrafficCounts) int64 { return s.SavedBytes })
+	b.Charts = append(b.Charts, mk("bytes", "Bytes served",
+		fmt.Sprintf("%s served, %s of it from the cache without an upstream download (upstream traffic saved).", sizeOf(t.ServedBytes), sizeOf(t.SavedBytes)),
+		0, false, bytesLabel, chart.Series{Name: "Bytes served", Values: served}, chart.Series{Name: "From the cache (upstream traffic saved)", Values: saved}))
+	b.Columns = []string{"Requests", "Hits", "Hit ratio", "Bytes served", "Upstream traffic saved"}
 	if !upstream {
-		served, saved := column(steps, func(s store.TrafficCounts) int64 { return s.ServedBytes }), column(steps, func(s store.TrafficCounts) int64 { return s.SavedBytes })
-		b.Charts = append(b.Charts, mk("bytes", "Bytes served",
-			fmt.Sprintf("%s served, %s of it from the cache without an upstream download (upstream traffic saved).", sizeOf(t.ServedBytes), sizeOf(t.SavedBytes)),
-			0, false, bytesLabel, chart.Series{Name: "Bytes served", Values: served}, chart.Series{Name: "From the cache (upstream traffic saved)", Values: saved}))
-		b.Columns = append(b.Columns, "Bytes served", "Upstream traffic saved")
 		b.Summary = fmt.Sprintf("%s: %s, hit ratio %s, %s served, %s of it from the cache (upstream traffic saved).",
 			tr.Label, count(t.Requests, "request"), ratio(t.Hits, t.Requests), sizeOf(t.ServedBytes), sizeOf(t.SavedBytes))
 	} else {
@@ -245,8 +244,8 @@ func trafficBlock(id, base, what string, upstream bool, tr trafficRange, from ti
 			fmt.Sprintf("%s sent to the upstream, %d of them failed.", count(t.UpstreamRequests, "request"), t.UpstreamFailures),
 			0, false, countLabel, chart.Series{Name: "Sent", Values: sent}, chart.Series{Name: "Failed", Values: failed}))
 		b.Columns = append(b.Columns, "Sent upstream", "Failed")
-		b.Summary = fmt.Sprintf("%s, through all registries of the upstream: %s, hit ratio %s, %d sent to the upstream, %d failed.",
-			tr.Label, count(t.Requests, "request"), ratio(t.Hits, t.Requests), t.UpstreamRequests, t.UpstreamFailures)
+		b.Summary = fmt.Sprintf("%s, through all registries of the upstream: %s, hit ratio %s, %s served, %s of it from the cache (upstream traffic saved), %d sent to the upstream, %d failed.",
+			tr.Label, count(t.Requests, "request"), ratio(t.Hits, t.Requests), sizeOf(t.ServedBytes), sizeOf(t.SavedBytes), t.UpstreamRequests, t.UpstreamFailures)
 	}
 	tf := "2006-01-02 15:04"
 	for i, s := range steps {
@@ -254,10 +253,9 @@ func trafficBlock(id, base, what string, upstream bool, tr trafficRange, from ti
 			continue
 		}
 		row := trafficRow{Time: from.Add(time.Duration(i)*tr.step).Format(tf) + " UTC",
-			Cells: []string{strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Hits, 10), ratio(s.Hits, s.Requests)}}
-		if !upstream {
-			row.Cells = append(row.Cells, sizeOf(s.ServedBytes), sizeOf(s.SavedBytes))
-		} else {
+			Cells: []string{strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Hits, 10), ratio(s.Hits, s.Requests),
+				sizeOf(s.ServedBytes), sizeOf(s.SavedBytes)}}
+		if upstream {
 			row.Cells = append(row.Cells, strconv.FormatInt(s.UpstreamRequests, 10), strconv.FormatInt(s.UpstreamFailures, 10))
 		}
 		b.Rows = append(b.Rows, row)

@@ -32,7 +32,8 @@ func TestConsoleTraffic(t *testing.T) {
 		2: {Requests: 10, Hits: 10, ServedBytes: 1 << 20, SavedBytes: 1 << 20},
 	} {
 		if err := e.st.RecordTraffic(node, store.TrafficSample{At: now.Add(-10 * time.Minute), Series: map[store.TrafficOf]store.TrafficCounts{
-			reg: c, up: {Requests: c.Requests, Hits: c.Hits, Misses: c.Misses, UpstreamRequests: c.Misses, UpstreamFailures: 1},
+			reg: c, up: {Requests: c.Requests, Hits: c.Hits, Misses: c.Misses, ServedBytes: c.ServedBytes, SavedBytes: c.SavedBytes,
+				UpstreamRequests: c.Misses, UpstreamFailures: 1},
 		}}); err != nil {
 			t.Fatal(err)
 		}
@@ -65,12 +66,14 @@ func TestConsoleTraffic(t *testing.T) {
 	st, _, body = b.get(regPage + "?range=1y")
 	wantPage(t, "registry, unknown range", st, body, http.StatusOK, `<strong>Last 24 hours</strong>`)
 
-	// The upstream's page: requests and what was sent to it.
+	// The upstream's page: requests, bytes and what was sent to it.
 	st, _, body = b.get(fmt.Sprintf("/-/console/upstreams/%d/cache_entries", e.upstream.ID))
 	wantPage(t, "upstream", st, body, http.StatusOK, "Traffic of upstream repo",
-		"Last 24 hours, through all registries of the upstream: 40 requests, hit ratio 75.0%, 10 sent to the upstream, 2 failed.",
-		"Requests sent to the upstream")
-	checkSVGs(t, body, 3)
+		"Last 24 hours, through all registries of the upstream: 40 requests, hit ratio 75.0%, 4.0 MiB served, "+
+			"3.0 MiB of it from the cache (upstream traffic saved), 10 sent to the upstream, 2 failed.",
+		"Requests sent to the upstream", "Bytes served per 15 minutes",
+		"<td>40</td><td>30</td><td>75.0%</td><td>4.0 MiB</td><td>3.0 MiB</td><td>10</td><td>2</td>")
+	checkSVGs(t, body, 4)
 
 	// No traffic yet: the charts are drawn empty and the table says so.
 	e.clock.Advance(3 * time.Hour)

@@ -20,6 +20,7 @@ type soakOptions struct {
 	conns                    int
 	missShare, metaShare     float64
 	budget                   string
+	rememberedPaths          int
 }
 
 func (s *soakOptions) flags() {
@@ -32,6 +33,7 @@ func (s *soakOptions) flags() {
 	flag.Float64Var(&s.metaShare, "soak-meta-share", 0.10, "soak: share of the load's iterations asking for merged metadata")
 	flag.Float64Var(&s.missShare, "soak-miss-share", 0.08, "soak: share of the downloads that are unique misses")
 	flag.StringVar(&s.budget, "soak-budget", "256MiB", "soak: cache.max_bytes of the soak's daemon")
+	flag.IntVar(&s.rememberedPaths, "soak-remembered-paths", 0, "soak: cache.remembered_paths of the soak's daemon (0: its default); small, the negative cache is full early and its fill leaves the RSS goal")
 }
 
 // soak) issue 20's soak (internal/soak) against a daemon of its own, with
@@ -48,6 +50,9 @@ func (b *bench) soak() error {
 		"REGISTRYD_CACHE_MIN_FREE_FRACTION=0",
 		"REGISTRYD_PROXY_ACCESS_LOG_PATH=" + filepath.Join(b.work, "access-soak.log"),
 	}}
+	if o.rememberedPaths > 0 {
+		d.env = append(d.env, fmt.Sprintf("REGISTRYD_CACHE_REMEMBERED_PATHS=%d", o.rememberedPaths))
+	}
 	if err := d.start(); err != nil {
 		return err
 	}

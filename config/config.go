@@ -277,6 +277,10 @@ type Cache struct {
 	MemoryBytes ByteSize `yaml:"memory_bytes"`
 	// MemoryMaxFileBytes is the largest file kept in memory. Default 64KiB.
 	MemoryMaxFileBytes ByteSize `yaml:"memory_max_file_bytes"`
+	// RememberedPaths is how many (upstream, path) answers the negative
+	// cache keeps in memory: not found (for upstreams.not_found_ttl) or
+	// refused by a rule. About 300 bytes each. Default 131072.
+	RememberedPaths int `yaml:"remembered_paths"`
 	// MaxBytes is the disk budget of the cached files (the blob store):
 	// past it, entries are evicted least recently downloaded first until
 	// the blobs take 90% of it. 0 sets no budget. Default 0.
@@ -511,6 +515,7 @@ func Default() Config {
 			FlushInterval:      time.Second,
 			MemoryBytes:        32 * MiB,
 			MemoryMaxFileBytes: 64 * KiB,
+			RememberedPaths:    131072,
 			MaxPendingStores:   512,
 		},
 		Metadata: Metadata{
@@ -694,6 +699,9 @@ func (c Config) Validate() error {
 	}
 	if c.Cache.MemoryBytes < 0 || c.Cache.MemoryMaxFileBytes < 0 {
 		add("cache.memory_bytes and cache.memory_max_file_bytes must not be negative")
+	}
+	if c.Cache.RememberedPaths < 1 {
+		add("cache.remembered_paths must be at least 1, got %d", c.Cache.RememberedPaths)
 	}
 	if c.Cache.MaxBytes < 0 {
 		add("cache.max_bytes must not be negative (0 sets no budget), got %d", c.Cache.MaxBytes)

@@ -329,7 +329,7 @@ func TestConsoleBrowser(t *testing.T) {
 	b.wantText("upstream traffic", "Last 24 hours (all its registries):")
 	b.open("/-/console/upstreams/" + itoa(centralID) + "/cache_entries?range=1h")
 	b.wantText("central's traffic", "Traffic of upstream central", "Last hour, through all registries of the upstream:", "Requests sent to the upstream")
-	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.traffic svg.chart').length`)); err != nil || n != 3 {
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('section.traffic svg.chart').length`)); err != nil || n != 4 {
 		t.Fatalf("%d charts on central's page (%v)", n, err)
 	}
 	b.open("/-/console/registries/" + itoa(reg))

@@ -34,13 +34,13 @@ func TestPackagesList(t *testing.T) {
 		switch f[1] {
 		case "quickstart":
 			quick = append(quick, f[0])
-		case "test", "cluster":
+		case "test", "cluster", "bench":
 		default:
-			t.Errorf(".ci/packages:%d: %q is not quickstart, test or cluster", i+1, f[1])
+			t.Errorf(".ci/packages:%d: %q is not quickstart, test, cluster or bench", i+1, f[1])
 		}
 		all = append(all, f[0])
 	}
-	for _, need := range []string{"default-jdk-headless", "gcc", "maven", "python3-gitlab", "postgresql"} {
+	for _, need := range []string{"default-jdk-headless", "gcc", "maven", "python3-gitlab", "postgresql", "strace", "nginx", "wrk"} {
 		if !strings.Contains(" "+strings.Join(all, " ")+" ", " "+need+" ") {
 			t.Errorf(".ci/packages lacks %s", need)
 		}

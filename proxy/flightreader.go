@@ -19,6 +19,7 @@ import (
 type flightReader struct {
 	f       *flight
 	bytes   prometheus.Counter // registryd_proxy_served_bytes_total of the request
+	upBytes prometheus.Counter // registryd_upstream_served_bytes_total of the flight's upstream
 	off     int64
 	counted bool
 	// src is this reader's own descriptor of the temp file, for sendfile,
@@ -83,7 +84,7 @@ func (r *flightReader) Read(p []byte) (int, error) {
 	n := int(min(int64(len(p)), avail-r.off))
 	n, err = r.f.readAt(p[:n], r.off, r.memFrom)
 	r.off += int64(n)
-	r.bytes.Add(float64(n))
+	r.count(int64(n))
 	if err != nil && !errors.Is(err, io.EOF) {
 		return n, err
 	}
@@ -126,7 +127,7 @@ func (r *flightReader) WriteTo(w io.Writer) (int64, error) {
 		}
 		r.off += n
 		sent += n
-		r.bytes.Add(float64(n))
+		r.count(n)
 		if err != nil {
 			return sent, err
 		}
@@ -196,4 +197,12 @@ func (r *flightReader) Close() error {
 		r.f = nil
 	}
 	return nil
+}
+
+// count counts n body bytes sent.
+func (r *flightReader) count(n int64) {
+	r.bytes.Add(float64(n))
+	if r.upBytes != nil {
+		r.upBytes.Add(float64(n))
+	}
 }

@@ -32,9 +32,11 @@ const (
 // the injected registerer. Counters of the hit path are resolved once, so a
 // hit does no label hashing.
 type metrics struct {
-	requests     *prometheus.CounterVec
-	lookups      *prometheus.CounterVec
-	servedBytes  *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	lookups     *prometheus.CounterVec
+	servedBytes *prometheus.CounterVec
+	// upServed: registryd_upstream_served_bytes_total{upstream, result}.
+	upServed     *prometheus.CounterVec
 	saved        *prometheus.CounterVec
 	upstreamReqs *prometheus.CounterVec
 	upstreamDur  *prometheus.HistogramVec
@@ -186,6 +188,12 @@ func (m *metrics) newUpstreamMetrics() {
 			"content_type, html_body, empty_body, checksum_mismatch, checksum_missing, checksum_unusable, " +
 			"blocked (a redirect to an address upstreams may not reach, or to a URL that is not http(s)).",
 	}, []string{"upstream", "reason"})
+	m.upServed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "upstream", Name: "served_bytes_total",
+		Help: "Body bytes of the upstream's files sent to download clients, through every registry, by upstream id " +
+			"and result (as in registryd_cache_lookups_total); merged metadata, built of several upstreams, is " +
+			"counted by registry only (registryd_proxy_served_bytes_total).",
+	}, []string{"upstream", "result"})
 	m.fetched = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "upstream", Name: "fetched_bytes_total",
 		Help: "Body bytes read from upstreams by fills.",

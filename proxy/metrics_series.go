@@ -47,6 +47,8 @@ type seriesCache struct {
 	// upstreams are the upstream ids that may have series in the
 	// upstream-labelled vectors (every upstream of a resolved registry).
 	upstreams sync.Map // upstream id -> struct{}
+	// upBytes are the served-bytes counters by upstream and result.
+	upBytes sync.Map // upstream id -> *[nResults]atomic.Pointer[counterBox]
 }
 
 // seenUpstream notes that upstream id may get series.
@@ -112,6 +114,22 @@ func (c *seriesCache) bytes(registry int64, r result) prometheus.Counter {
 	return b.c
 }
 
+// upstreamBytes returns the served-bytes counter of an upstream and result.
+func (c *seriesCache) upstreamBytes(upstream int64, r result) prometheus.Counter {
+	v, ok := c.upBytes.Load(upstream)
+	if !ok {
+		c.seenUpstream(upstream)
+		v, _ = c.upBytes.LoadOrStore(upstream, new([nResults]atomic.Pointer[counterBox]))
+	}
+	slot := &v.(*[nResults]atomic.Pointer[counterBox])[r]
+	b := slot.Load()
+	if b == nil {
+		b = &counterBox{c.m.upServed.WithLabelValues(idLabel(upstream), r.String())}
+		slot.Store(b)
+	}
+	return b.c
+}
+
 // prune deletes the series of registries and upstreams that no longer
 // exist, in every labelled vector.
 func (c *seriesCache) prune(cat store.Catalog) {
@@ -161,6 +179,8 @@ func (c *seriesCache) prune(cat store.Catalog) {
 		m.refusals.DeletePartialMatch(l)
 		m.skipped.DeletePartialMatch(l)
 		m.denials.DeletePartialMatch(l)
+		m.upServed.DeletePartialMatch(l)
+		c.upBytes.Delete(id)
 	}
 }
 
@@ -208,7 +228,7 @@ var (
 
 func (c *catalogCollector) vecs() []prometheus.Collector {
 	m := c.m
-	return []prometheus.Collector{m.lookups, m.servedBytes, m.saved, m.upstreamReqs, m.refusals, m.skipped,
+	return []prometheus.Collector{m.lookups, m.servedBytes, m.upServed, m.saved, m.upstreamReqs, m.refusals, m.skipped,
 		m.denials, m.merges}
 }
 

@@ -133,7 +133,7 @@ func (s *Server) serveFile(x *exchange, v *entryView, f *os.File, start, n int64
 
 // served counts a response body of n bytes of v.
 func (s *Server) served(x *exchange, v *entryView, n int64) {
-	s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
+	s.countServed(x, v.e.UpstreamID, n)
 	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 }
 
@@ -184,4 +184,13 @@ func objectStoreAnswer(err error) *apiError {
 		reason = "request failed"
 	}
 	return message(fasthttp.StatusServiceUnavailable, "503 Service Unavailable - object storage not available: "+reason)
+}
+
+// countServed counts n body bytes sent for x, of a file of upstream up (0:
+// merged metadata, built of several upstreams, counted by registry only).
+func (s *Server) countServed(x *exchange, up, n int64) {
+	s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
+	if up != 0 {
+		s.met.series.upstreamBytes(up, x.res).Add(float64(n))
+	}
 }

@@ -431,6 +431,13 @@ func TestDownloadMetrics(t *testing.T) {
 	if n := e.metric("registryd_proxy_served_bytes_total", "registry", reg, "result", "join"); n != float64(2*len(body)) {
 		t.Errorf("join bytes %v, want %d", n, 2*len(body))
 	}
+	// The upstream's own count of the bytes of its files served.
+	if n := e.metric("registryd_upstream_served_bytes_total", "upstream", id, "result", "join"); n != float64(2*len(body)) {
+		t.Errorf("upstream join bytes %v, want %d", n, 2*len(body))
+	}
+	if n := e.metric("registryd_upstream_served_bytes_total", "upstream", id, "result", "miss"); n != float64(len(body)) {
+		t.Errorf("upstream miss bytes %v, want %d", n, len(body))
+	}
 	if n := e.metric("registryd_upstream_info", "upstream", id, "name", up.URL); n != 1 {
 		t.Errorf("upstream info %v", n)
 	}
@@ -443,7 +450,8 @@ func TestDownloadMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"registryd_cache_lookups_total", "registryd_upstream_requests_total",
-		"registryd_upstream_response_duration_seconds", "registryd_upstream_info", "registryd_upstream_healthy"} {
+		"registryd_upstream_response_duration_seconds", "registryd_upstream_info", "registryd_upstream_healthy",
+		"registryd_upstream_served_bytes_total"} {
 		if e.hasSeries(name, "upstream", id) {
 			t.Errorf("%s still has series of the deleted upstream", name)
 		}

@@ -105,7 +105,7 @@ func (s *Server) serveEntry(x *exchange, v *entryView) error {
 		s.blobs.Touch(v.e.SHA256)
 		// The bytes are shared and immutable: fasthttp writes them without a copy.
 		ctx.Response.SetBodyRaw(b[start : start+n])
-		s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
+		s.countServed(x, v.e.UpstreamID, n)
 		s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 		return nil
 	}
@@ -123,7 +123,7 @@ func (s *Server) serveEntry(x *exchange, v *entryView) error {
 	body := fileBodies.Get().(*fileBody)
 	body.f, body.lr = f, io.LimitedReader{R: f, N: n}
 	ctx.SetBodyStream(body, int(n))
-	s.met.series.bytes(x.reg.id, x.res).Add(float64(n))
+	s.countServed(x, v.e.UpstreamID, n)
 	s.downloads.add(v.e.UpstreamID, v.e.RelativePath, s.now())
 	return nil
 }
@@ -152,7 +152,7 @@ func (s *Server) serveDigest(x *exchange, e *store.CacheEntry) error {
 	if d == "" {
 		return errFileNotFound
 	}
-	s.writeDigest(x, d)
+	s.writeDigest(x, e.UpstreamID, d)
 	s.downloads.add(e.UpstreamID, e.RelativePath, s.now())
 	return nil
 }
@@ -172,8 +172,9 @@ func pickDigest(a maven.Algo, sha1, md5, sha256, sha512 string) string {
 	return ""
 }
 
-// writeDigest answers a checksum sidecar with the hex digest d.
-func (s *Server) writeDigest(x *exchange, d string) {
+// writeDigest answers a checksum sidecar with the hex digest d of a file of
+// upstream up (0: merged metadata, of no one upstream).
+func (s *Server) writeDigest(x *exchange, up int64, d string) {
 	ctx, p := x.ctx, x.path
 	h := &ctx.Response.Header
 	h.SetContentTypeBytes(valTextPlain)
@@ -185,7 +186,7 @@ func (s *Server) writeDigest(x *exchange, d string) {
 		return
 	}
 	ctx.SetBodyString(d)
-	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(d)))
+	s.countServed(x, up, int64(len(d)))
 }
 
 // serveFlight answers from a fill in progress: the body streams behind the
@@ -237,7 +238,7 @@ func (s *Server) serveFlight(x *exchange, f *flight) error {
 		// Complete and immutable: fasthttp writes it with the headers, in
 		// one write, without a copy.
 		ctx.Response.SetBodyRaw(f.mem)
-		s.met.series.bytes(x.reg.id, x.res).Add(float64(len(f.mem)))
+		s.countServed(x, f.up.id, int64(len(f.mem)))
 		f.countSent()
 		f.release()
 		return nil
@@ -246,7 +247,8 @@ func (s *Server) serveFlight(x *exchange, f *flight) error {
 	// waiting on a slow upstream sees the answer start, and a fill that
 	// breaks early still ends a 200 short rather than as a bare hang-up.
 	ctx.Response.ImmediateHeaderFlush = true
-	ctx.SetBodyStream(&flightReader{f: f, bytes: s.met.series.bytes(x.reg.id, x.res)}, int(f.size))
+	ctx.SetBodyStream(&flightReader{f: f, bytes: s.met.series.bytes(x.reg.id, x.res),
+		upBytes: s.met.series.upstreamBytes(f.up.id, x.res)}, int(f.size))
 	return nil
 }
 
@@ -403,7 +405,7 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 		h.SetCanonical(hdrMerge, s2b(v.mergeHdr))
 	}
 	if p.Kind == maven.Checksum {
-		s.writeDigest(x, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
+		s.writeDigest(x, 0, pickDigest(p.Algo, v.sha1, v.md5, v.sha256, v.sha512))
 		if !ctx.IsHead() {
 			s.countComposed(v)
 		}
@@ -426,7 +428,7 @@ func (s *Server) serveComposed(x *exchange, v *composedView) error {
 	}
 	// Immutable once built: fasthttp writes it without a copy.
 	ctx.Response.SetBodyRaw(v.body)
-	s.met.series.bytes(x.reg.id, x.res).Add(float64(len(v.body)))
+	s.countServed(x, 0, int64(len(v.body)))
 	s.countComposed(v)
 	return nil
 }

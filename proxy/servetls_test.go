@@ -18,7 +18,9 @@ import (
 func TestServeTLSRefusalDoesNotBlockAccept(t *testing.T) {
 	e := newEnv(t, func(o *envOptions) {
 		o.Listener.Concurrency = 1
-		o.Listener.HeaderTimeout = 300 * time.Millisecond
+		// Long: a client after silent ones must not wait for their
+		// handshakes' deadlines.
+		o.Listener.HeaderTimeout = time.Minute
 		o.Listener.IdleTimeout = time.Minute
 	})
 	ca, err := testcert.NewCA("proxy test CA")
@@ -54,14 +56,16 @@ func TestServeTLSRefusalDoesNotBlockAccept(t *testing.T) {
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("first client: %v %v", res, err)
 	}
-	// B connects and says nothing.
-	b, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	// B and B2 connect and say nothing.
+	for range 2 {
+		b, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
 	}
-	defer b.Close()
 	// C is still handled: its handshake completes and it reads the 503.
-	d := &net.Dialer{Timeout: 10 * time.Second}
+	d := &net.Dialer{Timeout: 20 * time.Second}
 	c, err := tls.DialWithDialer(d, "tcp", addr, client)
 	if err != nil {
 		t.Fatalf("a client after a silent one: %v", err)

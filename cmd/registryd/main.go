@@ -266,6 +266,11 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 	}
 
 	reg := prometheus.NewRegistry()
+	// The proxy's metrics have a registry of their own, served with the
+	// others on /metrics: the traffic history samples them every interval
+	// without running every other collector (the index's statistics are a
+	// query each on PostgreSQL).
+	proxyReg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := registerIndexMetrics(reg, st, engine); err != nil {
 		return err
@@ -361,20 +366,20 @@ func serve(ctx, hurry context.Context, cfg config.Config, logw io.Writer) error 
 		return err
 	}
 	adminSrv, err := admin.New(admin.Deps{Options: adminOptions(cfg), Store: st, Auth: authSvc, Upstream: upClient, Health: health,
-		Logger: log, Registerer: reg, Gatherer: reg, Ready: ready, Cleanup: cleaner, Advisories: importer, Scrub: scrubber,
+		Logger: log, Registerer: reg, Gatherer: prometheus.Gatherers{reg, proxyReg}, Ready: ready, Cleanup: cleaner, Advisories: importer, Scrub: scrubber,
 		Disk: blobs.DiskStatus, Version: version, Revision: revision})
 	if err != nil {
 		return err
 	}
 	proxySrv, err = proxy.New(proxy.Deps{Options: proxyOpts, Store: st, Blobs: blobs, Auth: authSvc, Upstream: upClient,
-		Health: health, Logger: log, Registerer: reg, GatewaySecret: gwSecret, AccessLog: accessW, Ready: proxyReady})
+		Health: health, Logger: log, Registerer: proxyReg, GatewaySecret: gwSecret, AccessLog: accessW, Ready: proxyReady})
 	if err != nil {
 		return err
 	}
 	// The console's traffic charts: this node's counts, read from the
 	// proxy's metrics, recorded in the index every interval.
 	histOpts := historyOptions(cfg)
-	histOpts.Gatherer, histOpts.Store, histOpts.Logger = reg, st, log
+	histOpts.Gatherer, histOpts.Store, histOpts.Logger = proxyReg, st, log
 	sampler := history.New(histOpts)
 	httpSrv := &http.Server{
 		Handler:           adminSrv,

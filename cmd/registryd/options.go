@@ -110,6 +110,7 @@ func proxyOptions(cfg config.Config) proxy.Options {
 			MinFreeFraction:    c.MinFreeFraction,
 			MaxLocks:           cfg.Store.Postgres.MaxLocks,
 		},
+		Memory: proxy.MemoryOptions{Paths: c.RememberedPaths},
 		Upstreams: proxy.UpstreamOptions{
 			FillTimeout:           u.FillTimeout,
 			ChecksumPolicy:        u.ChecksumPolicy,

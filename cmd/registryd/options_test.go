@@ -53,7 +53,7 @@ func TestOptionsSetEveryField(t *testing.T) {
 		// Memory (the count bounds of the engine's caches in memory) and
 		// Hooks (test hooks) are no configuration: their defaults apply.
 		{"proxy", proxyOptions(cfg), []string{"Listener.AccessLogJSON", "Cache.MaxBytes", "Cache.MinFreeFraction",
-			"Memory.Paths", "Memory.Registries", "Memory.Entries", "Memory.Verdicts", "Memory.Composed",
+			"Memory.Registries", "Memory.Entries", "Memory.Verdicts", "Memory.Composed",
 			"Memory.SmallBlobs", "Hooks"}},
 	} {
 		if got := zeroFields(tc.options); !slices.Equal(got, tc.zero) {

@@ -13,6 +13,8 @@
 //     without an upstream download of their own), misses result miss.
 //   - registryd_proxy_served_bytes_total{registry, result}: bytes served;
 //     those of every result but miss (and none) are upstream traffic saved.
+//   - registryd_upstream_served_bytes_total{upstream, result}: the same
+//     for the files of each upstream (merged metadata belongs to none).
 //   - registryd_upstream_requests_total{upstream, outcome}: requests sent
 //     to upstreams; outcomes other than ok, not_modified and not_found
 //     failed.
@@ -45,6 +47,7 @@ import (
 const (
 	famLookups     = "registryd_cache_lookups_total"
 	famServedBytes = "registryd_proxy_served_bytes_total"
+	famUpServed    = "registryd_upstream_served_bytes_total"
 	famUpstreamReq = "registryd_upstream_requests_total"
 )
 
@@ -167,7 +170,7 @@ func (s *Sampler) Sample() error {
 	}
 	for _, f := range fams {
 		name := f.GetName()
-		if name != famLookups && name != famServedBytes && name != famUpstreamReq {
+		if name != famLookups && name != famServedBytes && name != famUpServed && name != famUpstreamReq {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -195,9 +198,13 @@ func (s *Sampler) Sample() error {
 				}
 				add(store.TrafficOf{Kind: store.TrafficRegistry, ID: id(labels["registry"])}, count)
 				add(store.TrafficOf{Kind: store.TrafficUpstream, ID: id(labels["upstream"])}, count)
-			case famServedBytes:
+			case famServedBytes, famUpServed:
 				res := labels["result"]
-				add(store.TrafficOf{Kind: store.TrafficRegistry, ID: id(labels["registry"])}, func(c *store.TrafficCounts) {
+				of := store.TrafficOf{Kind: store.TrafficRegistry, ID: id(labels["registry"])}
+				if name == famUpServed {
+					of = store.TrafficOf{Kind: store.TrafficUpstream, ID: id(labels["upstream"])}
+				}
+				add(of, func(c *store.TrafficCounts) {
 					c.ServedBytes += d
 					if res != "miss" && res != "" {
 						c.SavedBytes += d

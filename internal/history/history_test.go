@@ -20,6 +20,7 @@ type proxyCounters struct {
 	reg      *prometheus.Registry
 	lookups  *prometheus.CounterVec
 	served   *prometheus.CounterVec
+	upServed *prometheus.CounterVec
 	upstream *prometheus.CounterVec
 }
 
@@ -31,6 +32,8 @@ func newProxyCounters(t *testing.T) *proxyCounters {
 			[]string{"registry", "upstream", "kind", "result"}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "registryd_proxy_served_bytes_total", Help: "h"},
 			[]string{"registry", "result"}),
+		upServed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "registryd_upstream_served_bytes_total", Help: "h"},
+			[]string{"upstream", "result"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "registryd_upstream_requests_total", Help: "h"},
 			[]string{"upstream", "outcome"}),
 	}
@@ -38,7 +41,7 @@ func newProxyCounters(t *testing.T) *proxyCounters {
 	other := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "registryd_cache_upstream_requests_saved_total", Help: "h"},
 		[]string{"registry"})
 	other.WithLabelValues("1").Add(1000)
-	p.reg.MustRegister(p.lookups, p.served, p.upstream, other)
+	p.reg.MustRegister(p.lookups, p.served, p.upServed, p.upstream, other)
 	return p
 }
 
@@ -87,6 +90,8 @@ func TestSamplerDeltas(t *testing.T) {
 	p.served.WithLabelValues("1", "hit").Add(3000)
 	p.served.WithLabelValues("1", "miss").Add(1 << 40)
 	p.served.WithLabelValues("1", "stale").Add(500)
+	p.upServed.WithLabelValues("5", "hit").Add(3000)
+	p.upServed.WithLabelValues("5", "miss").Add(700)
 	p.upstream.WithLabelValues("5", "ok").Add(1)
 	p.upstream.WithLabelValues("6", "timeout").Add(2)
 	p.upstream.WithLabelValues("6", "not_found").Add(1)
@@ -100,7 +105,7 @@ func TestSamplerDeltas(t *testing.T) {
 	}
 	want := map[store.TrafficOf]store.TrafficCounts{
 		reg1: {Requests: 10, Hits: 5, Misses: 1, ServedBytes: 3500 + 1<<40, SavedBytes: 3500},
-		up5:  {Requests: 4, Hits: 3, Misses: 1, UpstreamRequests: 1},
+		up5:  {Requests: 4, Hits: 3, Misses: 1, ServedBytes: 3700, SavedBytes: 3000, UpstreamRequests: 1},
 		up6:  {Requests: 2, Hits: 2, UpstreamRequests: 3, UpstreamFailures: 2},
 	}
 	wantSeries(t, got.Series, want)
