@@ -176,6 +176,30 @@ func TestConfigDurationsLoggedAsText(t *testing.T) {
 
 }
 
+// waitNotReady polls a readiness URL until it answers 503 after a stop
+// began; every poll must be answered (200 or 503), never refused.
+func waitNotReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("%s refused during the drain delay: %v", url, err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusServiceUnavailable {
+			return
+		}
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s answered %d", url, res.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still 200 30s after SIGTERM", url)
+		}
+		time.Sleep(5 * time.Millisecond) // a poll interval, not a synchronisation
+	}
+}
+
 // TestReadinessWhileDraining: after SIGTERM, /-/readiness answers 503 while
 // both listeners still answer requests, for shutdown.drain_delay; a second
 // signal ends the delay, and the stop is clean.
@@ -186,25 +210,7 @@ func TestReadinessWhileDraining(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// Poll until not ready; every poll must be answered, never refused.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get(d.Admin + "/-/readiness")
-		if err != nil {
-			t.Fatalf("readiness refused during the drain delay: %v", err)
-		}
-		res.Body.Close()
-		if res.StatusCode == http.StatusServiceUnavailable {
-			break
-		}
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("readiness answered %d", res.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("readiness still 200 30s after SIGTERM")
-		}
-		time.Sleep(5 * time.Millisecond) // a poll interval, not a synchronisation
-	}
+	waitNotReady(t, d.Admin+"/-/readiness")
 	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 503, `{"status":"failed","message":"shutting down"}`)
 	// Both listeners still serve: the API, health, and the download path.
 	d.Do("GET", "/user", rootToken, nil).Expect(t, 200)

@@ -72,7 +72,8 @@ func TestConsoleTrafficSurvivesRestart(t *testing.T) {
 		}
 	}
 	page = consoleGet(t, d, rootToken, "/-/console/upstreams/"+itoa(upID)+"/cache_entries?range=30d")
-	if !strings.Contains(page, "Last 30 days, through all registries of the upstream: 4 requests, hit ratio 50.0%, 2 sent to the upstream, 0 failed.") {
+	if !strings.Contains(page, "Last 30 days, through all registries of the upstream: 4 requests, hit ratio 50.0%, 16.0 KiB served, "+
+		"8.0 KiB of it from the cache (upstream traffic saved), 2 sent to the upstream, 0 failed.") {
 		t.Fatalf("after the restart, the upstream's 30 days lack the traffic:\n%s", page)
 	}
 	noServerErrors(t, d)

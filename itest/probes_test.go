@@ -1,7 +1,6 @@
 package itest
 
 import (
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,24 +34,7 @@ func TestProxyProbes(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get(d.Proxy + "/-/readiness")
-		if err != nil {
-			t.Fatalf("proxy readiness refused during the drain delay: %v", err)
-		}
-		res.Body.Close()
-		if res.StatusCode == http.StatusServiceUnavailable {
-			break
-		}
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("proxy readiness answered %d", res.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("proxy readiness still 200 30s after SIGTERM")
-		}
-		time.Sleep(5 * time.Millisecond) // a poll interval, not a synchronisation
-	}
+	waitNotReady(t, d.Proxy+"/-/readiness")
 	wantResp(t, doRequest(t, "GET", d.Proxy+"/-/readiness", nil), 503, `{"status":"failed","message":"shutting down"}`)
 	wantResp(t, d.Do("GET", "/-/readiness", "", nil), 503, `{"status":"failed","message":"shutting down"}`)
 	wantResp(t, doRequest(t, "GET", d.Proxy+"/-/liveness", nil), 200, `{"status":"ok"}`)

@@ -1,12 +1,12 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"registryd/internal/testlog"
 )
 
 // TestPanicIsA500: a panic in the handler answers 500 with a request id and
@@ -15,7 +15,7 @@ import (
 // id has the panic and the stack where it happened.
 func TestPanicIsA500(t *testing.T) {
 	e := newEnv(t)
-	logs := &recordHandler{}
+	logs := &testlog.Recorder{}
 	e.srv.log = slog.New(logs)
 	up := newFakeUpstream(t)
 	body := jarBytes(jarPath, 4<<10)
@@ -43,13 +43,11 @@ func TestPanicIsA500(t *testing.T) {
 		t.Fatalf("the 500 shows the panic: %s", second.body)
 	}
 	var line string
-	logs.mu.Lock()
-	for _, l := range logs.lines {
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, "req_id="+msg["request_id"]) {
 			line = l
 		}
 	}
-	logs.mu.Unlock()
 	// The stack names the frames that panicked: the hook, called by join.
 	if !strings.HasPrefix(line, "ERROR proxy request failed") || !strings.Contains(line, "boom: an internal detail") ||
 		!strings.Contains(line, "stack=goroutine") || !strings.Contains(line, "(*engine).join") ||
@@ -57,31 +55,4 @@ func TestPanicIsA500(t *testing.T) {
 		t.Fatalf("the log line of request %s: %q", msg["request_id"], line)
 	}
 	e.get(jarPath).expect(t, 200)
-}
-
-// recordHandler keeps the messages and client attributes of log records.
-type recordHandler struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
-func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	line := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		line += " " + a.String()
-		return true
-	})
-	h.lines = append(h.lines, line)
-	return nil
-}
-
-func (h *recordHandler) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.lines)
 }

@@ -103,6 +103,7 @@ func (s *engine) registry(id int64, gen uint64) (*registryView, error) {
 		return nil, err
 	}
 	v := &registryView{gen: gen, id: id, group: r.GroupID, merge: r.MergeMetadata()}
+	prev, _ := s.regs.Peek(id)
 	for _, u := range list {
 		policy := u.ChecksumPolicy
 		if policy == "" {
@@ -113,7 +114,7 @@ func (s *engine) registry(id int64, gen uint64) (*registryView, error) {
 			return nil, err
 		}
 		v.hasRules = v.hasRules || rules != nil
-		v.ups = append(v.ups, &upstreamView{
+		v.ups = append(v.ups, sameView(prev, &upstreamView{
 			rules:           rules,
 			rulesKey:        rulesKey,
 			policy:          policy,
@@ -124,13 +125,28 @@ func (s *engine) registry(id int64, gen uint64) (*registryView, error) {
 			metaValidity:    time.Duration(u.MetadataCacheValidityHours) * time.Hour,
 			notFoundTTL:     minutesOr(u.NotFoundCacheMinutes, s.opts.Upstreams.NotFoundTTL),
 			metaNotFoundTTL: minutesOr(u.MetadataNotFoundCacheMinutes, s.opts.Upstreams.MetadataNotFoundTTL),
-		})
+		}))
 		s.met.series.seenUpstream(u.ID)
 		s.urls.note(s.health, u.ID, u.URL)
 		v.upIDs = append(v.upIDs, u.ID)
 	}
 	s.regs.Add(id, v)
 	return v, nil
+}
+
+// sameView returns the previous registry view's view of u's upstream when
+// it equals u, else u. Registry views are rebuilt at every change of the
+// catalog, and every cached entry view points at the upstream view of its
+// time: without this, the entry cache (32,768 views) would come to hold
+// that many copies of the same upstream's view, strings and all (the soak
+// saw the live heap grow 7 MB a minute with every cache in memory full).
+func sameView(prev *registryView, u *upstreamView) *upstreamView {
+	if prev != nil {
+		if old := prev.upstream(u.id); old != nil && *old == *u {
+			return old
+		}
+	}
+	return u
 }
 
 // minutesOr is an upstream's optional setting in minutes, else def.

@@ -366,3 +366,31 @@ func isMissAbsent(err error) bool {
 	var me *missError
 	return errors.As(err, &me) && me.absent() && !me.denied()
 }
+
+// A registry view rebuilt for a new generation shares the views of the
+// upstreams whose settings did not change, so cached entry views of many
+// generations point at one copy; a changed upstream gets a view of its own.
+func TestRegistryViewKeepsUnchangedUpstreamViews(t *testing.T) {
+	e := newEngineEnv(t)
+	first, err := e.s.registry(e.reg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.s.registry(e.reg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first || second.ups[0] != first.ups[0] || second.ups[1] != first.ups[1] {
+		t.Fatalf("unchanged upstreams got new views: %p %p / %p %p", first.ups[0], first.ups[1], second.ups[0], second.ups[1])
+	}
+	if _, err := e.st.UpdateUpstream(e.ids[1], store.UpstreamPatch{CacheValidityHours: hours(5)}); err != nil {
+		t.Fatal(err)
+	}
+	third, err := e.s.registry(e.reg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.ups[0] != first.ups[0] || third.ups[1] == first.ups[1] || third.ups[1].validity != 5*time.Hour {
+		t.Fatalf("after a change of upstream 1: %+v", third.ups[1])
+	}
+}

@@ -6,13 +6,15 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"registryd/internal/testlog"
 )
 
 // A client is an IPv6 /64 (a host picks any address of its /64), an IPv4
 // address, and an IPv4-mapped IPv6 peer the IPv4 client it is; the warn
 // line names the /64.
 func TestConnLimitIPv6Per64(t *testing.T) {
-	h := &recordHandler{}
+	h := &testlog.Recorder{}
 	l := New(2, 0, slog.New(h))
 	from := func(ip string) net.Conn {
 		return l.admit(pipeFrom(t, &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}))
@@ -29,8 +31,8 @@ func TestConnLimitIPv6Per64(t *testing.T) {
 	if from("2001:db8:1:3::1") == nil {
 		t.Fatal("the next /64 was refused: it is another client")
 	}
-	if len(h.lines) != 1 || !strings.Contains(h.lines[0], "client=2001:db8:1:2::/64 ") {
-		t.Fatalf("log lines %q: want one naming the /64", h.lines)
+	if len(h.Lines()) != 1 || !strings.Contains(h.Lines()[0], "client=2001:db8:1:2::/64 ") {
+		t.Fatalf("log lines %q: want one naming the /64", h.Lines())
 	}
 	if from("192.0.2.1") == nil || l.admit(pipeFrom(t, &net.TCPAddr{IP: netip.MustParseAddr("::ffff:192.0.2.1").AsSlice()})) == nil {
 		t.Fatal("an IPv4 client was refused under its limit")

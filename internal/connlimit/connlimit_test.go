@@ -2,7 +2,6 @@ package connlimit
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,13 +10,13 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"registryd/internal/clientkey"
 	"registryd/internal/testclock"
+	"registryd/internal/testlog"
 )
 
 // accepting serves ln wrapped by l: every admitted connection arrives on
@@ -256,35 +255,8 @@ func TestConnLimitOff(t *testing.T) {
 	}
 }
 
-// recordHandler keeps the messages and client attributes of log records.
-type recordHandler struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
-func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	line := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		line += " " + a.String()
-		return true
-	})
-	h.lines = append(h.lines, line)
-	return nil
-}
-
-func (h *recordHandler) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.lines)
-}
-
 func TestConnLimitWarnsOncePerMinutePerClient(t *testing.T) {
-	h := &recordHandler{}
+	h := &testlog.Recorder{}
 	l := New(1, 0, slog.New(h))
 	clock := testclock.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	l.now = clock.Now
@@ -297,12 +269,12 @@ func TestConnLimitWarnsOncePerMinutePerClient(t *testing.T) {
 		if l.admit(from(ip)) != nil {
 			t.Fatalf("%s admitted over its limit", ip)
 		}
-		if n := h.count(); n != want {
-			t.Fatalf("%d log lines, want %d: %q", n, want, h.lines)
+		if n := len(h.Lines()); n != want {
+			t.Fatalf("%d log lines, want %d: %q", n, want, h.Lines())
 		}
 	}
 	refuse("192.0.2.1", 1)
-	if line := h.lines[0]; !strings.HasPrefix(line, "WARN ") || !strings.Contains(line, "client=192.0.2.1 ") ||
+	if line := h.Lines()[0]; !strings.HasPrefix(line, "WARN ") || !strings.Contains(line, "client=192.0.2.1 ") ||
 		strings.Contains(line, "4242") || !strings.Contains(line, "limit=1") {
 		t.Fatalf("log line %q: want a warning naming the address (without port) and the limit", line)
 	}
@@ -390,7 +362,7 @@ func (l *scriptedListener) Accept() (net.Conn, error) {
 // TestAcceptWaitsOutFileLimit: out of descriptors is not the listener's
 // end (fasthttp would stop serving on it), it is waited out.
 func TestAcceptWaitsOutFileLimit(t *testing.T) {
-	h := &recordHandler{}
+	h := &testlog.Recorder{}
 	l := New(1, 0, slog.New(h))
 	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
 	conn := pipeFrom(t, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)})
@@ -402,8 +374,8 @@ func TestAcceptWaitsOutFileLimit(t *testing.T) {
 	if c.RemoteAddr().String() != "10.0.0.1:0" {
 		t.Fatalf("accepted %v", c.RemoteAddr())
 	}
-	if n := h.count(); n != 1 || !strings.Contains(h.lines[0], "too many open files") {
-		t.Fatalf("log lines %q, want one naming the error", h.lines)
+	if n := len(h.Lines()); n != 1 || !strings.Contains(h.Lines()[0], "too many open files") {
+		t.Fatalf("log lines %q, want one naming the error", h.Lines())
 	}
 	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Accept = %v, want the listener's own error", err)

@@ -260,20 +260,12 @@ func parseCall(call string, under func(string) bool) (Op, bool, error) {
 		op.FD, op.Path = fdOf(0)
 	case "sync", "syncfs":
 		return Op{Kind: SyncAll, FD: -1}, true, nil
-	case "rename", "renameat", "renameat2":
+	case "rename", "renameat", "renameat2", "link", "linkat":
 		op.Kind, op.FD = Rename, -1
-		if name == "rename" {
-			op.Path, op.Path2 = atPath(-1, 0), atPath(-1, 1)
-		} else {
-			op.Path, op.Path2 = atPath(0, 1), atPath(2, 3)
+		if strings.HasPrefix(name, "link") {
+			op.Kind = Link
 		}
-		if under(op.Path) || under(op.Path2) {
-			return op, true, nil
-		}
-		return Op{}, false, nil
-	case "link", "linkat":
-		op.Kind, op.FD = Link, -1
-		if name == "link" {
+		if name == "rename" || name == "link" {
 			op.Path, op.Path2 = atPath(-1, 0), atPath(-1, 1)
 		} else {
 			op.Path, op.Path2 = atPath(0, 1), atPath(2, 3)
