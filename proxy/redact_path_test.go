@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"registryd/internal/testlog"
 )
 
 // envLoggers gives a test's env the daemon log it is built with (newEnv).
@@ -24,7 +26,7 @@ func TestTokensInPathsRedacted(t *testing.T) {
 	const secret = "Tok3nValue0123456789abcdef"
 	for _, format := range []string{"text", "json"} {
 		t.Run(format, func(t *testing.T) {
-			var daemon lockedBuffer
+			var daemon testlog.Buffer
 			envLoggers.Store(t, slog.New(slog.NewTextHandler(&daemon, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			defer envLoggers.Delete(t)
 			path := filepath.Join(t.TempDir(), "access.log")
@@ -75,22 +77,4 @@ func TestTokensInPathsRedacted(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer is a destination tests read while the log writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"registryd/internal/testlog"
 )
 
 // fullRecord has every field set; accessTime is in a non-UTC zone so the
@@ -217,26 +219,8 @@ func TestAccessLineBounds(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a destination tests read while the log writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestAccessLogCloseFlushesEverything(t *testing.T) {
-	var dst lockedBuffer
+	var dst testlog.Buffer
 	// The ticker never fires: only full batches and close write.
 	l, err := start(&dst, false, nil, nil, time.Hour)
 	if err != nil {
@@ -268,7 +252,7 @@ func TestAccessLogCloseFlushesEverything(t *testing.T) {
 }
 
 func TestAccessLogFlushesOnATimer(t *testing.T) {
-	var dst lockedBuffer
+	var dst testlog.Buffer
 	l, err := start(&dst, true, nil, nil, 5*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +273,7 @@ func TestAccessLogFlushesOnATimer(t *testing.T) {
 }
 
 func TestAccessLogConcurrentWriters(t *testing.T) {
-	var dst lockedBuffer
+	var dst testlog.Buffer
 	l, err := start(&dst, true, nil, nil, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -338,13 +322,13 @@ type stalledWriter struct {
 	release chan struct{}
 	entered chan struct{}
 	once    sync.Once
-	lockedBuffer
+	testlog.Buffer
 }
 
 func (s *stalledWriter) Write(p []byte) (int, error) {
 	s.once.Do(func() { close(s.entered) })
 	<-s.release
-	return s.lockedBuffer.Write(p)
+	return s.Buffer.Write(p)
 }
 
 // TestAccessLogStalledDestination: a destination that blocks never blocks

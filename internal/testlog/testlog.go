@@ -1,5 +1,6 @@
-// Package testlog is a slog handler for tests: it keeps every record as one
-// line, "LEVEL message key=value ...", for the test to read.
+// Package testlog is what tests read logs through: a slog handler that keeps
+// every record as one line, "LEVEL message key=value ...", and a buffer a
+// log writer writes to while the test reads it.
 package testlog
 
 import (
@@ -36,4 +37,24 @@ func (h *Recorder) Lines() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.lines)
+}
+
+// Buffer is a log destination a test reads while the log writes to it.
+type Buffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+// String is what was written so far.
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
 }
